@@ -1,0 +1,301 @@
+#!/usr/bin/env bash
+# Run the backing services of pdfqueue on loopback, with all state under DIR:
+#   Redis (AOF on, noeviction), PostgreSQL 15, and versitygw (S3, posix backend).
+#
+# Usage:
+#   tools/services.sh start DIR [--no-s3]   start (idempotent) and wait until answering
+#   tools/services.sh stop DIR              stop what was started for DIR
+#   tools/services.sh env DIR               print `export` lines for the app/tests
+#
+# Ports (env overrides): PDFQUEUE_REDIS_PORT=16379 PDFQUEUE_PG_PORT=15432
+# PDFQUEUE_S3_PORT=17070.  Wait timeout per service: PDFQUEUE_SERVICES_TIMEOUT=60 (s).
+# versitygw comes from ${PDFQUEUE_TOOLS_CACHE:-/var/cache/pdfqueue-tools}/bin and
+# is built with tools/build-binaries.sh s3 when missing.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REDIS_PORT="${PDFQUEUE_REDIS_PORT:-16379}"
+PG_PORT="${PDFQUEUE_PG_PORT:-15432}"
+S3_PORT="${PDFQUEUE_S3_PORT:-17070}"
+S3_ACCESS_KEY="${PDFQUEUE_S3_ACCESS_KEY:-pdfqueue}"
+S3_SECRET_KEY="${PDFQUEUE_S3_SECRET_KEY:-pdfqueue-secret}"
+TIMEOUT="${PDFQUEUE_SERVICES_TIMEOUT:-60}"
+PG_BIN="${PDFQUEUE_PG_BIN:-/usr/lib/postgresql/15/bin}"
+CACHE="${PDFQUEUE_TOOLS_CACHE:-/var/cache/pdfqueue-tools}"
+
+die() { echo "services: ERROR: $*" >&2; exit 1; }
+say() { echo "services: $*" >&2; }
+
+usage() {
+  echo "usage: $0 start DIR [--no-s3] | stop DIR | env DIR" >&2
+  exit 2
+}
+
+# ---------------------------------------------------------------------------
+apt_install() {
+  # Install Debian packages without starting their system-wide services.
+  local added_policy=0
+  if [ "$(id -u)" != 0 ]; then die "need root to apt-get install $*"; fi
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    added_policy=1
+  fi
+  say "installing $* with apt-get"
+  local rc=0
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null; }; } || rc=$?
+  [ "$added_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  [ "$rc" = 0 ] || die "apt-get install $* failed"
+}
+
+# wait_for NAME CMD...: retry CMD until it succeeds or TIMEOUT expires.
+wait_for() {
+  local name=$1; shift
+  local deadline=$((SECONDS + TIMEOUT))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# proc_alive PID: running and not a zombie.
+proc_alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  local st
+  st="$(ps -o stat= -p "$1" 2>/dev/null || true)"
+  [ -n "$st" ] && [ "${st#Z}" = "$st" ]
+}
+pid_alive() { [ -f "$1" ] && proc_alive "$(cat "$1" 2>/dev/null)"; }
+
+# stop_pidfile NAME PIDFILE: SIGTERM, wait, then SIGKILL.
+stop_pidfile() {
+  local name=$1 pf=$2 pid i
+  if pid_alive "$pf"; then
+    pid="$(cat "$pf")"
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 150); do proc_alive "$pid" || break; sleep 0.1; done
+    if proc_alive "$pid"; then
+      say "$name (pid $pid) did not stop on SIGTERM; killing"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    say "$name stopped"
+  else
+    say "$name not running"
+  fi
+  rm -f "$pf"
+}
+
+# ---------------------------------------------------------------------------
+redis_ping() { [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
+
+redis_start() {
+  command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 ||
+    apt_install redis-server redis-tools
+  if redis_ping; then
+    say "redis already answering on 127.0.0.1:$REDIS_PORT"
+    return 0
+  fi
+  mkdir -p "$DIR/redis"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" \
+    --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
+    --dir "$DIR/redis" --daemonize yes \
+    --pidfile "$DIR/redis.pid" --logfile "$DIR/redis.log" >/dev/null
+  wait_for redis redis_ping ||
+    die "redis did not answer PING on 127.0.0.1:$REDIS_PORT within ${TIMEOUT}s; see $DIR/redis.log:
+$(tail -n 20 "$DIR/redis.log" 2>/dev/null)"
+  say "redis up on 127.0.0.1:$REDIS_PORT"
+}
+
+redis_stop() {
+  # SIGTERM makes redis flush the AOF and exit cleanly (like SHUTDOWN); going
+  # by the pidfile only ever stops the redis started for this DIR.
+  stop_pidfile redis "$DIR/redis.pid"
+}
+
+# ---------------------------------------------------------------------------
+# As root, PostgreSQL must run as an unprivileged user; it must be able to
+# reach its data dir.  If DIR is not traversable by that user (e.g. under
+# /root), keep the data in a private dir under /var/tmp and symlink DIR/pg.
+PG_USER=""
+as_pg() {
+  if [ -n "$PG_USER" ]; then runuser -u "$PG_USER" -- "$@"; else "$@"; fi
+}
+
+pg_setup_user() {
+  if [ "$(id -u)" = 0 ]; then
+    PG_USER=postgres
+    id postgres >/dev/null 2>&1 ||
+      useradd --system --home-dir /var/lib/postgresql --shell /bin/bash postgres
+  fi
+}
+
+pg_datadir() {
+  if [ -L "$DIR/pg" ] || [ -d "$DIR/pg" ]; then
+    readlink -f "$DIR/pg"
+    return
+  fi
+  if [ -z "$PG_USER" ] || runuser -u "$PG_USER" -- test -x "$DIR" 2>/dev/null; then
+    echo "$DIR/pg"
+  else
+    local alt
+    alt="/var/tmp/pdfqueue-pg.$(echo "$DIR" | cksum | cut -d' ' -f1)"
+    ln -sfn "$alt" "$DIR/pg"
+    echo "$alt"
+  fi
+}
+
+pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t 2; }
+
+psql_admin() {
+  "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres "$@"
+}
+
+pg_start() {
+  [ -x "$PG_BIN/postgres" ] || apt_install postgresql-15 postgresql-client-15
+  [ -x "$PG_BIN/postgres" ] || die "no PostgreSQL 15 binaries in $PG_BIN"
+  pg_setup_user
+  if pg_ready; then
+    say "postgres already answering on 127.0.0.1:$PG_PORT"
+  else
+    local data
+    data="$(pg_datadir)"
+    if [ ! -f "$data/PG_VERSION" ]; then
+      rm -rf "$data"
+      mkdir -p "$data"
+      [ -n "$PG_USER" ] && chown "$PG_USER:" "$data"
+      chmod 700 "$data"
+      as_pg "$PG_BIN/initdb" -D "$data" -U postgres --auth=trust \
+        --encoding=UTF8 --locale=C.UTF-8 >"$DIR/initdb.log" 2>&1 ||
+        die "initdb failed; see $DIR/initdb.log:
+$(tail -n 20 "$DIR/initdb.log")"
+      cat >"$data/pg_hba.conf" <<'EOF'
+# Test-only cluster on loopback: trust everything local.
+local   all   all                 trust
+host    all   all   127.0.0.1/32  trust
+host    all   all   ::1/128       trust
+EOF
+      [ -n "$PG_USER" ] && chown "$PG_USER:" "$data/pg_hba.conf"
+    fi
+    touch "$DIR/postgres.log"
+    [ -n "$PG_USER" ] && chown "$PG_USER:" "$DIR/postgres.log" 2>/dev/null || true
+    # Log in DIR if the pg user can write there, else inside the data dir.
+    local logf="$DIR/postgres.log"
+    as_pg test -w "$logf" || logf="$data/postgres.log"
+    as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$logf" -w -t "$TIMEOUT" \
+      -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" \
+      start >/dev/null 2>&1 || true
+    wait_for postgres pg_ready ||
+      die "postgres did not become ready on 127.0.0.1:$PG_PORT within ${TIMEOUT}s; see $logf:
+$(tail -n 20 "$logf" 2>/dev/null)"
+  fi
+  # role + database (idempotent)
+  if [ "$(psql_admin -tAc "SELECT 1 FROM pg_roles WHERE rolname='pdfqueue'")" != 1 ]; then
+    psql_admin -c "CREATE ROLE pdfqueue LOGIN CREATEDB PASSWORD 'pdfqueue'"
+  fi
+  if [ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname='pdfqueue'")" != 1 ]; then
+    psql_admin -c "CREATE DATABASE pdfqueue OWNER pdfqueue"
+  fi
+  say "postgres up on 127.0.0.1:$PG_PORT (database pdfqueue, role pdfqueue)"
+}
+
+pg_stop() {
+  pg_setup_user
+  local data=""
+  [ -e "$DIR/pg" ] && data="$(readlink -f "$DIR/pg")"
+  if [ -n "$data" ] && [ -f "$data/postmaster.pid" ]; then
+    as_pg "$PG_BIN/pg_ctl" -D "$data" -m fast -w -t "$TIMEOUT" stop >/dev/null 2>&1 ||
+      say "pg_ctl stop failed (see $DIR/postgres.log)"
+    say "postgres stopped"
+  else
+    say "postgres not running"
+  fi
+}
+
+# ---------------------------------------------------------------------------
+s3_http() {
+  local code
+  code="$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$S3_PORT/" 2>/dev/null)" || return 1
+  [ -n "$code" ] && [ "$code" != 000 ]
+}
+
+s3_start() {
+  local gw="$CACHE/bin/versitygw"
+  if [ ! -x "$gw" ]; then
+    say "versitygw not in $CACHE/bin; building it"
+    "$HERE/build-binaries.sh" s3 >&2
+  fi
+  if pid_alive "$DIR/versitygw.pid" && s3_http; then
+    say "versitygw already answering on 127.0.0.1:$S3_PORT"
+    return 0
+  fi
+  if s3_http; then
+    say "something already answers HTTP on 127.0.0.1:$S3_PORT; assuming it is versitygw"
+    return 0
+  fi
+  mkdir -p "$DIR/s3"
+  # setsid: detach from the caller's process group so it survives the shell.
+  ROOT_ACCESS_KEY_ID="$S3_ACCESS_KEY" ROOT_SECRET_ACCESS_KEY="$S3_SECRET_KEY" \
+    setsid "$gw" --port "127.0.0.1:$S3_PORT" --region us-east-1 --quiet \
+    posix "$DIR/s3" </dev/null >>"$DIR/versitygw.log" 2>&1 &
+  echo $! >"$DIR/versitygw.pid"
+  local deadline=$((SECONDS + TIMEOUT))
+  until s3_http; do
+    pid_alive "$DIR/versitygw.pid" ||
+      die "versitygw exited; see $DIR/versitygw.log:
+$(tail -n 20 "$DIR/versitygw.log")"
+    [ $SECONDS -lt $deadline ] ||
+      die "versitygw did not answer HTTP on 127.0.0.1:$S3_PORT within ${TIMEOUT}s; see $DIR/versitygw.log"
+    sleep 0.2
+  done
+  say "versitygw up on http://127.0.0.1:$S3_PORT (data in $DIR/s3)"
+}
+
+s3_stop() { stop_pidfile versitygw "$DIR/versitygw.pid"; }
+
+# ---------------------------------------------------------------------------
+print_env() {
+  cat <<EOF
+export PDFQUEUE_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+export PDFQUEUE_DATABASE_URL=postgresql://pdfqueue:pdfqueue@127.0.0.1:$PG_PORT/pdfqueue
+export PDFQUEUE_STORAGE_URL=s3://pdfqueue/
+export PDFQUEUE_S3_ENDPOINT_URL=http://127.0.0.1:$S3_PORT
+export AWS_ACCESS_KEY_ID=$S3_ACCESS_KEY
+export AWS_SECRET_ACCESS_KEY=$S3_SECRET_KEY
+export AWS_DEFAULT_REGION=us-east-1
+EOF
+}
+
+# ---------------------------------------------------------------------------
+cmd="${1:-}"; [ $# -gt 0 ] && shift || usage
+DIR=""; WITH_S3=1
+for a in "$@"; do
+  case "$a" in
+    --no-s3) WITH_S3=0 ;;
+    -*) usage ;;
+    *) [ -z "$DIR" ] || usage; DIR="$a" ;;
+  esac
+done
+[ -n "$DIR" ] || usage
+
+case "$cmd" in
+  start)
+    mkdir -p "$DIR"
+    DIR="$(cd "$DIR" && pwd)"
+    redis_start
+    pg_start
+    if [ "$WITH_S3" = 1 ]; then s3_start; fi
+    ;;
+  stop)
+    [ -d "$DIR" ] || { say "$DIR does not exist; nothing to stop"; exit 0; }
+    DIR="$(cd "$DIR" && pwd)"
+    s3_stop
+    pg_stop
+    redis_stop
+    ;;
+  env) print_env ;;
+  *) usage ;;
+esac
