@@ -1,0 +1,248 @@
+"""The ASGI application: routes are thin, BatchService does the work."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
+from redis.asyncio import Redis
+from starlette.requests import ClientDisconnect
+
+from pdfqueue.db import Database, connect
+from pdfqueue.errors import (
+    ArchiveTooLarge,
+    BatchNotFound,
+    NotAZipArchive,
+    PdfQueueError,
+    ServiceUnavailable,
+)
+from pdfqueue.models import BatchSummary, FileResult
+from pdfqueue.queue import check_durability
+from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState
+from pdfqueue.storage import Storage
+from pdfqueue_api.auth import require_tenant
+from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S, BatchService
+from pdfqueue_api.upload import ZIP_TYPES, FormFileReader, UnsupportedMediaType
+
+log = logging.getLogger(__name__)
+Tenant = Annotated[str, Depends(require_tenant)]
+
+
+class BatchCreated(BaseModel):
+    batch_id: str
+    status_url: str
+
+
+def producer_redis(url: str) -> Redis:
+    """Producers fail fast: an HTTP handler must never hang on a dead Redis."""
+    return Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not settings.api_tokens:
+            log.warning("PDFQUEUE_API_TOKENS is empty: the API accepts requests without a token")
+        redis = producer_redis(settings.redis_url)
+        try:
+            for problem in await check_durability(redis):
+                log.warning("REDIS IS NOT SAFE FOR A QUEUE: %s", problem)
+        except Exception as exc:  # Redis down at start: /readyz says so until it is back
+            log.warning("redis not reachable at start: %r", exc)
+        pool = await connect(settings.database_url, min_size=0, max_size=10)
+        storage = Storage.from_settings(settings, threads=16)
+        app.state.settings = settings
+        app.state.service = BatchService(
+            settings,
+            redis,
+            BatchState(redis, settings.batch_ttl_s),
+            Database(pool, settings.users_table),
+            storage,
+        )
+        try:
+            yield
+        finally:
+            storage.close()
+            await pool.close()
+            await redis.aclose()
+
+    app = FastAPI(
+        title="pdfqueue",
+        version="0.1.0",
+        summary="Bulk PDF-to-user linking: upload a ZIP, follow the batch, read the report.",
+        lifespan=lifespan,
+    )
+    _add_error_handlers(app)
+    _add_routes(app)
+    return app
+
+
+def _service(request: Request) -> BatchService:
+    service: BatchService = request.app.state.service
+    return service
+
+
+Service = Annotated[BatchService, Depends(_service)]
+
+
+def _add_routes(app: FastAPI) -> None:
+    @app.post(
+        "/v1/batches",
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=BatchCreated,
+        responses={413: {}, 415: {}, 422: {}, 503: {}},
+        openapi_extra={
+            "requestBody": {
+                "content": {
+                    "application/zip": {"schema": {"type": "string", "format": "binary"}},
+                    "multipart/form-data": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {"file": {"type": "string", "format": "binary"}},
+                            "required": ["file"],
+                        }
+                    },
+                },
+                "required": True,
+            }
+        },
+    )
+    async def create_batch(request: Request, tenant: Tenant, service: Service) -> BatchCreated:
+        """Upload a ZIP of PDFs (raw `application/zip` body, or multipart field `file`)."""
+        limit = service.settings.max_upload_bytes
+        if int(request.headers.get("content-length") or 0) > limit:
+            raise ArchiveTooLarge(limit)
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type == "multipart/form-data":
+            chunks = FormFileReader(request.headers["content-type"]).file_chunks(request.stream())
+        elif content_type in ZIP_TYPES:
+            chunks = request.stream()
+        else:
+            msg = f"send a ZIP as application/zip or multipart/form-data, not {content_type!r}"
+            raise UnsupportedMediaType(msg)
+        batch_id = await service.create(tenant, chunks)
+        base = service.settings.public_url or str(request.base_url)
+        return BatchCreated(
+            batch_id=batch_id, status_url=f"{base.rstrip('/')}/v1/batches/{batch_id}"
+        )
+
+    @app.get("/v1/batches/{batch_id}", response_model=BatchSummary, responses={404: {}})
+    async def get_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
+        """Live progress; after the live state expires, the durable summary."""
+        return await service.get(tenant, batch_id)
+
+    @app.delete("/v1/batches/{batch_id}", response_model=BatchSummary, responses={404: {}})
+    async def cancel_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
+        """Cancel: pending PDFs are dropped, running ones finish and are counted."""
+        return await service.cancel(tenant, batch_id)
+
+    @app.get("/v1/batches/{batch_id}/files", response_model=list[FileResult], responses={404: {}})
+    async def batch_files(
+        batch_id: str,
+        tenant: Tenant,
+        service: Service,
+        format: Annotated[str, Query(pattern="^(json|csv)$")] = "json",
+    ) -> Response:
+        """Per-file outcomes with reasons, as JSON or `?format=csv`."""
+        rows = service.files(tenant, batch_id)
+        first = await anext(rows, None)  # raises 404 before the response starts
+        if format == "csv":
+            return StreamingResponse(
+                _csv(first, rows),
+                media_type="text/csv",
+                headers={"Content-Disposition": f'attachment; filename="{batch_id}.csv"'},
+            )
+        return StreamingResponse(_json(first, rows), media_type="application/json")
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz(service: Service) -> JSONResponse:
+        checks = {
+            "redis": service.redis.ping(),
+            "postgresql": service.db.check(),
+            "storage": service.storage.check(),
+        }
+        results = await asyncio.gather(
+            *(asyncio.wait_for(c, DEPENDENCY_TIMEOUT_S) for c in checks.values()),
+            return_exceptions=True,
+        )
+        report = {
+            name: "ok" if not isinstance(r, BaseException) else f"error: {r!r}"
+            for name, r in zip(checks, results, strict=True)
+        }
+        ready = all(v == "ok" for v in report.values())
+        return JSONResponse(report, status_code=200 if ready else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    page = resources.files("pdfqueue_api").joinpath("page.html").read_text()
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(page)
+
+
+async def _json(first: FileResult | None, rest: AsyncIterator[FileResult]) -> AsyncIterator[bytes]:
+    yield b"["
+    if first is not None:
+        yield first.model_dump_json().encode()
+        async for row in rest:
+            yield b"," + row.model_dump_json().encode()
+    yield b"]"
+
+
+async def _csv(first: FileResult | None, rest: AsyncIterator[FileResult]) -> AsyncIterator[bytes]:
+    columns = list(FileResult.model_fields)
+
+    def line(values: list[Any]) -> bytes:
+        buf = io.StringIO()
+        csv.writer(buf).writerow(values)
+        return buf.getvalue().encode()
+
+    yield line(columns)
+    if first is not None:
+        yield line([getattr(first, c) for c in columns])
+        async for row in rest:
+            yield line([getattr(row, c) for c in columns])
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    def problem(code: int, message: str) -> JSONResponse:
+        return JSONResponse({"detail": message}, status_code=code)
+
+    by_type: list[tuple[type[Exception], int]] = [
+        (BatchNotFound, 404),
+        (ArchiveTooLarge, 413),
+        (UnsupportedMediaType, 415),
+        (NotAZipArchive, 422),
+        (ServiceUnavailable, 503),
+    ]
+    for exc_type, code in by_type:
+        app.add_exception_handler(exc_type, lambda _r, e, code=code: problem(code, str(e)))
+
+    @app.exception_handler(ClientDisconnect)
+    async def disconnected(_request: Request, _exc: ClientDisconnect) -> Response:
+        log.info("client disconnected mid-upload; the partial upload was removed")
+        return Response(status_code=499)
+
+    @app.exception_handler(PdfQueueError)
+    async def other(_request: Request, exc: PdfQueueError) -> JSONResponse:
+        return problem(400, str(exc))

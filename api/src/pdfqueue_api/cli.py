@@ -1,0 +1,24 @@
+"""`pdfqueue api`: serve the HTTP API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("api", help="serve the HTTP API")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from pdfqueue.telemetry import setup_logging
+    from pdfqueue_api.app import create_app
+
+    setup_logging()
+    uvicorn.run(create_app(), host=args.host, port=args.port, log_config=None, access_log=False)
+    return 0

@@ -1,0 +1,133 @@
+"""Batch operations behind the HTTP routes: create, read, cancel, report."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from asyncpg import InterfaceError, PostgresError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from pdfqueue import keys
+from pdfqueue.db import Database
+from pdfqueue.errors import BatchNotFound, ServiceUnavailable
+from pdfqueue.models import TERMINAL, BatchStatus, BatchSummary, FileResult
+from pdfqueue.queue import Job, enqueue, remove
+from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState
+from pdfqueue.storage import Storage
+from pdfqueue_api.upload import store_upload
+
+log = logging.getLogger(__name__)
+DEPENDENCY_TIMEOUT_S = 2.0
+T = TypeVar("T")
+
+
+def upload_key(batch_id: str) -> str:
+    return f"uploads/{batch_id}.zip"
+
+
+@dataclass
+class BatchService:
+    settings: Settings
+    redis: Redis
+    state: BatchState
+    db: Database
+    storage: Storage
+
+    async def ping(self) -> None:
+        """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down."""
+        await _guard("redis", self.redis.ping())
+        await _guard("postgresql", self.db.check())
+
+    async def create(self, tenant: str, chunks: AsyncIterator[bytes]) -> str:
+        """Store the ZIP, create the batch, enqueue `ingest`; undo it all on any failure."""
+        await self.ping()
+        batch_id = uuid.uuid4().hex
+        key = upload_key(batch_id)
+        await store_upload(
+            self.storage,
+            key,
+            chunks,
+            max_bytes=self.settings.max_upload_bytes,
+            part_bytes=self.settings.upload_part_bytes,
+        )
+        try:
+            await self._register(batch_id, tenant, key)
+        except BaseException:
+            await asyncio.shield(self._undo(batch_id, key))
+            raise
+        log.info("batch created", extra={"batch_id": batch_id})
+        return batch_id
+
+    async def _register(self, batch_id: str, tenant: str, key: str) -> None:
+        summary = await _guard("postgresql", self.db.create_batch(batch_id, tenant, key))
+        await _guard("redis", self.state.create(batch_id, tenant, summary.created_at))
+        job = Job(keys.ingest_job(batch_id), "ingest", {"batch_id": batch_id, "source": key})
+        await _guard("redis", enqueue(self.redis, self.settings.queue_name, [job]))
+
+    async def _undo(self, batch_id: str, key: str) -> None:
+        for step in (
+            self.storage.delete(key),
+            self.db.delete_batch(batch_id),
+            self.redis.delete(keys.batch(batch_id), keys.outcomes(batch_id)),
+            remove(self.redis, self.settings.queue_name, [keys.ingest_job(batch_id)]),
+        ):
+            try:
+                await asyncio.wait_for(step, DEPENDENCY_TIMEOUT_S)
+            except Exception as exc:  # best effort: the service that failed may still be down
+                log.warning("clean-up step failed: %r", exc, extra={"batch_id": batch_id})
+
+    async def get(self, tenant: str, batch_id: str) -> BatchSummary:
+        live = await _guard("redis", self.state.read(batch_id))
+        if live is not None:
+            summary, owner = live
+        else:
+            durable = await _guard("postgresql", self.db.batch(batch_id))
+            if durable is None:
+                raise BatchNotFound(batch_id)
+            summary, owner, _ = durable
+        if owner != tenant:
+            raise BatchNotFound(batch_id)
+        return summary
+
+    async def cancel(self, tenant: str, batch_id: str) -> BatchSummary:
+        """Drop pending work; running jobs finish and are counted; the batch ends CANCELLED."""
+        summary = await self.get(tenant, batch_id)
+        if summary.status in TERMINAL:
+            return summary
+        await self.state.set_status(batch_id, BatchStatus.CANCELLED)
+        await self.db.finish_batch(batch_id, BatchStatus.CANCELLED)
+        pending = [keys.ingest_job(batch_id)]
+        async for member, _ in self.redis.zscan_iter(
+            self.settings.queue_name, match=f"process:{batch_id}:*", count=1000
+        ):
+            pending.append(member.decode() if isinstance(member, bytes) else member)
+        dropped = await remove(self.redis, self.settings.queue_name, pending)
+        log.info("batch cancelled, %d pending jobs dropped", dropped, extra={"batch_id": batch_id})
+        return await self.get(tenant, batch_id)
+
+    async def files(self, tenant: str, batch_id: str) -> AsyncIterator[FileResult]:
+        await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
+        async for row in self.db.iter_files(batch_id):
+            yield row
+
+
+async def _guard(service: str, awaitable: Awaitable[T]) -> T:
+    """Await a dependency call with a deadline; any failure of it becomes a 503."""
+    try:
+        return await asyncio.wait_for(awaitable, DEPENDENCY_TIMEOUT_S)
+    except (
+        TimeoutError,
+        OSError,
+        ConnectionError,
+        RedisError,
+        PostgresError,
+        InterfaceError,
+    ) as exc:
+        raise ServiceUnavailable(service, repr(exc)) from exc

@@ -1,0 +1,1 @@
+"""pdfqueue core: the shared library every pdfqueue process builds on."""

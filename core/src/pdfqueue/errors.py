@@ -1,0 +1,76 @@
+"""Errors pdfqueue raises; the type says whether retrying can help."""
+
+from __future__ import annotations
+
+
+class PdfQueueError(Exception):
+    """Root of every pdfqueue error."""
+
+
+class PermanentError(PdfQueueError):
+    """Bad input: retrying cannot help (HTTP 4xx, kopf.PermanentError, no arq retry)."""
+
+
+class TransientError(PdfQueueError):
+    """A dependency is flaky or down: retry later with backoff."""
+
+
+class BatchNotFound(PermanentError):
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(f"batch {batch_id} not found")
+        self.batch_id = batch_id
+
+
+class NotAZipArchive(PermanentError):
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"the upload is not a ZIP archive: {detail}")
+
+
+class ArchiveTooLarge(PermanentError):
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(f"the upload exceeds the limit of {limit_bytes} bytes")
+        self.limit_bytes = limit_bytes
+
+
+class ArchiveRejected(PermanentError):
+    """The ZIP as a whole breaks a safety limit (too many members, too much data)."""
+
+
+class SourceOutsideBucket(PermanentError):
+    def __init__(self, source: str, bucket: str) -> None:
+        super().__init__(f"source {source!r} is not inside the configured bucket {bucket!r}")
+        self.source = source
+
+
+class ServiceUnavailable(TransientError):
+    """Redis, PostgreSQL or storage did not answer in time."""
+
+    def __init__(self, service: str, detail: str) -> None:
+        super().__init__(f"{service} is unavailable: {detail}")
+        self.service = service
+
+
+class StorageError(TransientError):
+    """The object store failed in a way that may pass (5xx, timeout, connection reset)."""
+
+
+class ObjectNotFound(PermanentError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"object {key!r} not found")
+        self.key = key
+
+
+def transient_reason(exc: BaseException) -> str:
+    """A short, bounded reason for an error worth retrying (for reports and metric labels)."""
+    module = type(exc).__module__
+    if isinstance(exc, StorageError) or module.startswith(("botocore", "boto3")):
+        return "storage_unavailable"
+    if module.startswith("asyncpg"):
+        return "database_unavailable"
+    if module.startswith("redis"):
+        return "redis_unavailable"
+    if isinstance(exc, ServiceUnavailable):
+        return f"{exc.service}_unavailable"
+    if isinstance(exc, TimeoutError | OSError):
+        return "network_error"
+    return "internal_error"

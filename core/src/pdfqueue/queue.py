@@ -1,0 +1,91 @@
+"""The arq queue as producers see it: JSON job payloads and idempotent, pipelined enqueue."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from arq.constants import job_key_prefix, result_key_prefix
+from arq.jobs import serialize_job
+from redis.asyncio import Redis
+
+JOB_EXPIRES_MS = 7 * 24 * 3600 * 1000
+"""A job not started within this long is dropped by arq; a week outlasts any idle cluster."""
+
+_ENQUEUE = resources.files("pdfqueue").joinpath("lua/enqueue.lua").read_text()
+
+
+def serialize(obj: Any) -> bytes:
+    """arq serializer: JSON, because unpickling what Redis hands over would run code."""
+    return json.dumps(obj, separators=(",", ":"), default=str).encode()
+
+
+def deserialize(data: bytes) -> Any:
+    return json.loads(data)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One arq job: a deterministic id, so enqueueing the same work twice is a no-op."""
+
+    job_id: str
+    function: str
+    kwargs: dict[str, Any]
+    defer_s: float = 0.0
+
+
+async def enqueue(redis: Redis, queue_name: str, jobs: Sequence[Job]) -> int:
+    """Add `jobs` to the queue in one round trip; returns how many were new."""
+    now_ms = int(time.time() * 1000)
+    argv: list[Any] = [job_key_prefix, result_key_prefix, JOB_EXPIRES_MS]
+    for job in jobs:
+        payload = serialize_job(job.function, (), job.kwargs, None, now_ms, serializer=serialize)
+        argv += [job.job_id, now_ms + int(job.defer_s * 1000), payload]
+    added: int = await redis.eval(_ENQUEUE, 1, queue_name, *argv)  # type: ignore[misc]
+    return added
+
+
+async def enqueue_chunked(redis: Redis, queue_name: str, jobs: Iterable[Job], chunk: int) -> int:
+    """`enqueue` in chunks, so 50,000 jobs never make one giant Lua call."""
+    added, batch = 0, []
+    for job in jobs:
+        batch.append(job)
+        if len(batch) >= chunk:
+            added += await enqueue(redis, queue_name, batch)
+            batch = []
+    if batch:
+        added += await enqueue(redis, queue_name, batch)
+    return added
+
+
+async def remove(redis: Redis, queue_name: str, job_ids: Sequence[str]) -> int:
+    """Drop queued jobs that have not started (cancellation); running ones are unaffected."""
+    if not job_ids:
+        return 0
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zrem(queue_name, *job_ids)
+        pipe.delete(*(job_key_prefix + j for j in job_ids))
+        removed, _ = await pipe.execute()
+    return int(removed)
+
+
+async def check_durability(redis: Redis) -> list[str]:
+    """What makes this Redis unsafe for a queue: eviction drops jobs, no AOF loses them."""
+    try:
+        policy = await redis.config_get("maxmemory-policy")
+        aof = await redis.config_get("appendonly")
+    except Exception as exc:  # managed Redis often disables CONFIG
+        return [f"cannot verify Redis durability (CONFIG GET refused: {exc})"]
+    problems = []
+    if policy.get("maxmemory-policy") != "noeviction":
+        problems.append(
+            f"maxmemory-policy is {policy.get('maxmemory-policy')!r}; queued jobs can be evicted"
+            " (set it to 'noeviction')"
+        )
+    if aof.get("appendonly") != "yes":
+        problems.append("appendonly is off; a Redis restart loses queued jobs (set appendonly yes)")
+    return problems

@@ -1,0 +1,134 @@
+"""The one typed settings class: every PDFQUEUE_* variable is read here and nowhere else."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+
+
+class Settings(BaseSettings):
+    """Configuration for every pdfqueue process, built once at start and passed down."""
+
+    model_config = SettingsConfigDict(env_prefix="PDFQUEUE_", extra="ignore", frozen=True)
+
+    # --- services -----------------------------------------------------------------------------
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis holding the arq queue and live batch state. Must be `noeviction` with AOF."""
+    redis_strict: bool = False
+    """Refuse to start (instead of warning) when Redis is not `noeviction` with AOF on."""
+    database_url: str = "postgresql://pdfqueue:pdfqueue@127.0.0.1:5432/pdfqueue"
+    """PostgreSQL holding the durable record and the host application's users table."""
+    storage_url: str = "file://./.pdfqueue/storage"
+    """Where uploads and linked PDFs live: `s3://bucket/prefix` or `file:///path`."""
+    s3_endpoint_url: str | None = None
+    """S3 endpoint for non-AWS stores (versitygw, MinIO); credentials come from `AWS_*`."""
+    s3_path_style: bool = True
+    """Address buckets by path (`endpoint/bucket/key`), which every S3-compatible server accepts."""
+    s3_create_bucket: bool = True
+    """Let `pdfqueue migrate` create the bucket when it does not exist."""
+    users_table: str = "users"
+    """The host application's table with columns `id`, `email`, `pdf_url`."""
+
+    # --- API ----------------------------------------------------------------------------------
+    api_tokens: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """`tenant:token` pairs, comma separated; `tenant:sha256:<hex>` stores only the hash."""
+    max_upload_bytes: int = 2 * 1024**3
+    """Largest accepted upload; larger bodies get 413 while streaming."""
+    upload_part_bytes: int = 8 * 1024**2
+    """Chunk size for streaming an upload into storage (S3 multipart part size, >= 5 MiB)."""
+    public_url: str | None = None
+    """Base URL the API advertises in `status_url`; defaults to the request's own URL."""
+    kubernetes_namespace: str | None = None
+    """When set, the API also creates a `PdfBatch` object in this namespace for each upload."""
+
+    # --- batches and archives -----------------------------------------------------------------
+    batch_ttl_s: int = 3600
+    """Live state in Redis expires this long after the batch's last activity."""
+    max_members: int = 100_000
+    """Most ZIP members one upload may hold (directories included)."""
+    max_pdf_bytes: int = 100 * 1024**2
+    """Largest uncompressed size of one member."""
+    max_total_uncompressed_bytes: int = 20 * 1024**3
+    """Largest sum of uncompressed member sizes in one ZIP."""
+    max_compression_ratio: float = 200.0
+    """Largest uncompressed/compressed ratio of one member; higher looks like a zip bomb."""
+
+    # --- worker -------------------------------------------------------------------------------
+    queue_name: str = "pdfqueue:queue"
+    """The arq queue (a Redis sorted set)."""
+    worker_max_jobs: int = 32
+    """Jobs one worker runs at once (most of their time is spent waiting on I/O)."""
+    worker_poll_delay_s: float = 0.05
+    """How often an idle worker asks Redis for ready jobs (arq's default 0.5 s caps throughput)."""
+    extract_processes: int = 0
+    """Processes parsing PDFs per worker; 0 means one per CPU."""
+    extract_timeout_s: float = 10.0
+    """Hard limit for reading one PDF; the parsing process is killed after it."""
+    extract_max_pages: int = 50
+    """Pages read per PDF when looking for an email; an email is almost always on page one."""
+    extract_memory_bytes: int = 768 * 1024**2
+    """Address-space limit of each parsing process, so a decompression bomb fails one file."""
+    extract_tasks_per_process: int = 500
+    """Recycle a parsing process after this many PDFs to bound slow leaks."""
+    job_timeout_s: float = 20.0
+    """arq's hard limit per job; a SIGKILLed worker's job runs again after this plus 10 s."""
+    job_completion_wait_s: int = 25
+    """On SIGTERM, how long running jobs may finish. Must exceed job_timeout_s."""
+    max_tries: int = 5
+    """Tries of one PDF before a transient error becomes its final outcome."""
+    retry_base_delay_s: float = 0.5
+    """First retry delay; doubles each try, with full jitter."""
+    retry_max_delay_s: float = 30.0
+    """Ceiling of the retry delay."""
+    enqueue_chunk: int = 500
+    """Process jobs written to Redis per round trip by ingest."""
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _parse_tokens(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        tokens: dict[str, str] = {}
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            tenant, sep, token = entry.partition(":")
+            if not sep or not tenant or not token:
+                msg = f"PDFQUEUE_API_TOKENS entry {entry[:12]!r}... is not tenant:token"
+                raise ValueError(msg)
+            tokens[token] = tenant
+        return tokens
+
+    @field_validator("users_table")
+    @classmethod
+    def _check_table(cls, value: str) -> str:
+        if not _IDENT.match(value):
+            msg = f"PDFQUEUE_USERS_TABLE {value!r} is not a plain [schema.]table name"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("upload_part_bytes")
+    @classmethod
+    def _check_part(cls, value: int) -> int:
+        if value < 5 * 1024**2:
+            msg = "PDFQUEUE_UPLOAD_PART_BYTES must be at least 5 MiB (the S3 multipart minimum)"
+            raise ValueError(msg)
+        return value
+
+    @cached_property
+    def in_progress_timeout_s(self) -> float:
+        """How long arq waits before re-running a job whose worker vanished."""
+        return self.job_timeout_s + 10
+
+    def check_shutdown_rule(self) -> None:
+        """Refuse a completion wait that would cut running jobs off (grace > wait > timeout)."""
+        if self.job_completion_wait_s <= self.job_timeout_s:
+            msg = (
+                f"PDFQUEUE_JOB_COMPLETION_WAIT_S ({self.job_completion_wait_s}) must exceed "
+                f"PDFQUEUE_JOB_TIMEOUT_S ({self.job_timeout_s})"
+            )
+            raise ValueError(msg)

@@ -1,0 +1,151 @@
+"""Live batch state in Redis: creation, once-only outcome recording, status reads."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import IntEnum
+from importlib import resources
+from typing import cast
+
+from redis.asyncio import Redis
+
+from pdfqueue import keys
+from pdfqueue.models import COUNTERS, TERMINAL, BatchStatus, BatchSummary, Outcome
+
+
+def _lua(name: str) -> str:
+    return resources.files("pdfqueue").joinpath(f"lua/{name}.lua").read_text()
+
+
+_RECORD = _lua("record_outcome")
+_START = _lua("start_batch")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Recorded(IntEnum):
+    MISSING = -1
+    """The batch's live state expired; rebuild it from PostgreSQL and record again."""
+    DUPLICATE = 0
+    """This file already had an outcome: a retry or a second delivery, nothing counted."""
+    COUNTED = 1
+    COMPLETED_BATCH = 2
+    """This file was the last one: the batch is now COMPLETED."""
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """Operations on one Redis; every write refreshes the batch's TTL."""
+
+    redis: Redis
+    ttl_s: int
+
+    async def create(self, batch_id: str, tenant: str, created_at: datetime) -> None:
+        fields: dict[str, str | int] = {
+            "status": BatchStatus.PENDING.value,
+            "tenant": tenant,
+            "created_at": created_at.isoformat(),
+            "processed": 0,
+            "ignored": 0,
+            **dict.fromkeys(COUNTERS, 0),
+        }
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(keys.batch(batch_id), mapping=fields)
+            pipe.expire(keys.batch(batch_id), self.ttl_s)
+            await pipe.execute()
+
+    async def restore(self, summary: BatchSummary, tenant: str, outcomes: dict[int, str]) -> None:
+        """Rebuild expired live state from the durable record (a batch that outlived its TTL)."""
+        fields: dict[str, str | int] = {
+            "status": summary.status.value,
+            "tenant": tenant,
+            "created_at": summary.created_at.isoformat(),
+            "processed": len(outcomes),
+            "ignored": summary.ignored,
+            **{c: sum(1 for o in outcomes.values() if o == c) for c in COUNTERS},
+        }
+        if summary.total_files is not None:
+            fields["total_files"] = summary.total_files
+        if summary.status in TERMINAL:
+            fields["completed_at"] = (summary.completed_at or utcnow()).isoformat()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(keys.batch(summary.batch_id), keys.outcomes(summary.batch_id))
+            pipe.hset(keys.batch(summary.batch_id), mapping=fields)
+            if outcomes:
+                pipe.hset(
+                    keys.outcomes(summary.batch_id),
+                    mapping={str(i): o for i, o in outcomes.items()},
+                )
+            pipe.expire(keys.batch(summary.batch_id), self.ttl_s)
+            pipe.expire(keys.outcomes(summary.batch_id), self.ttl_s)
+            await pipe.execute()
+
+    async def start(self, batch_id: str, total_files: int, ignored: int) -> BatchStatus | None:
+        status = await self.redis.eval(  # type: ignore[misc]
+            _START,
+            1,
+            keys.batch(batch_id),
+            str(total_files),
+            str(ignored),
+            str(self.ttl_s),
+            utcnow().isoformat(),
+        )
+        return BatchStatus(_text(status)) if status else None
+
+    async def record(self, batch_id: str, index: int, outcome: Outcome) -> tuple[Recorded, str]:
+        code, status = await self.redis.eval(  # type: ignore[misc]
+            _RECORD,
+            2,
+            keys.batch(batch_id),
+            keys.outcomes(batch_id),
+            str(index),
+            outcome.value,
+            str(self.ttl_s),
+            utcnow().isoformat(),
+        )
+        return Recorded(int(code)), _text(status)
+
+    async def set_status(
+        self, batch_id: str, status: BatchStatus, error: str | None = None
+    ) -> None:
+        """Force a terminal status (FAILED, CANCELLED); expired state stays expired."""
+        if not await self.redis.exists(keys.batch(batch_id)):
+            return
+        mapping = {"status": status.value, "completed_at": utcnow().isoformat()}
+        if error:
+            mapping["error"] = error
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(keys.batch(batch_id), mapping=mapping)
+            pipe.expire(keys.batch(batch_id), self.ttl_s)
+            await pipe.execute()
+
+    async def status(self, batch_id: str) -> BatchStatus | None:
+        raw = await cast(Awaitable[bytes | None], self.redis.hget(keys.batch(batch_id), "status"))
+        return BatchStatus(_text(raw)) if raw else None
+
+    async def read(self, batch_id: str) -> tuple[BatchSummary, str] | None:
+        """The live summary and its tenant, or None once the live state has expired."""
+        raw = await cast(Awaitable[dict[bytes, bytes]], self.redis.hgetall(keys.batch(batch_id)))
+        if not raw:
+            return None
+        h = {_text(k): _text(v) for k, v in raw.items()}
+        summary = BatchSummary(
+            batch_id=batch_id,
+            status=BatchStatus(h["status"]),
+            total_files=int(h["total_files"]) if "total_files" in h else None,
+            processed=int(h.get("processed", 0)),
+            ignored=int(h.get("ignored", 0)),
+            error=h.get("error"),
+            created_at=datetime.fromisoformat(h["created_at"]),
+            completed_at=datetime.fromisoformat(h["completed_at"]) if "completed_at" in h else None,
+            **{c: int(h.get(c, 0)) for c in COUNTERS},
+        )
+        return summary, h.get("tenant", "")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

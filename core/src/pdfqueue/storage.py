@@ -1,0 +1,366 @@
+"""Object storage: S3 through boto3, or a local folder, behind one small async interface."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+from urllib.parse import urlparse
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from pdfqueue.errors import ObjectNotFound, SourceOutsideBucket, StorageError
+from pdfqueue.settings import Settings
+
+T = TypeVar("T")
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
+
+
+class Backend(Protocol):
+    """The blocking operations a store offers; `Storage` runs them off the event loop."""
+
+    def describe(self) -> str: ...
+    def check(self) -> None: ...
+    def ensure_bucket(self) -> bool: ...
+    def size(self, key: str) -> int: ...
+    def read_range(self, key: str, start: int, length: int) -> bytes: ...
+    def put(self, key: str, data: bytes) -> None: ...
+    def delete(self, key: str) -> None: ...
+    def exists(self, key: str) -> bool: ...
+    def begin_upload(self, key: str) -> UploadSink: ...
+
+
+class UploadSink(Protocol):
+    """A write-once object being streamed in; nothing is visible until `complete`."""
+
+    def write_part(self, data: bytes) -> None: ...
+    def complete(self) -> None: ...
+    def abort(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Location:
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            msg = f"{url!r} is not an s3://bucket/prefix URL"
+            raise ValueError(msg)
+        prefix = parsed.path.strip("/")
+        return cls(parsed.netloc, f"{prefix}/" if prefix else "")
+
+
+class S3Backend:
+    """Any S3-compatible store; keys are relative to the configured prefix."""
+
+    def __init__(self, settings: Settings, *, max_connections: int = 32) -> None:
+        self.location = S3Location.from_url(settings.storage_url)
+        config = Config(
+            connect_timeout=2,
+            read_timeout=15,
+            retries={"mode": "standard", "max_attempts": 3},
+            max_pool_connections=max_connections,
+            s3={"addressing_style": "path" if settings.s3_path_style else "auto"},
+        )
+        self.client: Any = boto3.client("s3", endpoint_url=settings.s3_endpoint_url, config=config)
+        self.create_bucket_allowed = settings.s3_create_bucket
+
+    def _key(self, key: str) -> str:
+        return self.location.prefix + key
+
+    def _call(self, fn: Callable[..., T], key: str | None = None, **kwargs: Any) -> T:
+        try:
+            return fn(Bucket=self.location.bucket, **kwargs)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in _NOT_FOUND and key is not None:
+                raise ObjectNotFound(key) from exc
+            raise StorageError(f"S3 {code or 'error'}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"S3 unreachable: {exc}") from exc
+
+    def describe(self) -> str:
+        return f"s3://{self.location.bucket}/{self.location.prefix}"
+
+    def check(self) -> None:
+        self._call(self.client.head_bucket)
+
+    def ensure_bucket(self) -> bool:
+        try:
+            self.check()
+        except StorageError:
+            if not self.create_bucket_allowed:
+                raise
+            self._call(self.client.create_bucket)
+            return True
+        return False
+
+    def size(self, key: str) -> int:
+        head = self._call(self.client.head_object, key, Key=self._key(key))
+        return int(head["ContentLength"])
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        end = start + length - 1
+        obj = self._call(
+            self.client.get_object, key, Key=self._key(key), Range=f"bytes={start}-{end}"
+        )
+        body: bytes = obj["Body"].read()
+        return body
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call(
+            self.client.put_object,
+            key,
+            Key=self._key(key),
+            Body=data,
+            ContentType="application/pdf",
+        )
+
+    def delete(self, key: str) -> None:
+        self._call(self.client.delete_object, key, Key=self._key(key))
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.size(key)
+        except ObjectNotFound:
+            return False
+        return True
+
+    def begin_upload(self, key: str) -> UploadSink:
+        return _S3Upload(self, self._key(key))
+
+
+class _S3Upload:
+    """A multipart upload: parts stream straight to S3, so memory holds one part at most."""
+
+    def __init__(self, backend: S3Backend, full_key: str) -> None:
+        self.backend = backend
+        self.key = full_key
+        created = backend._call(backend.client.create_multipart_upload, full_key, Key=full_key)
+        self.upload_id: str = created["UploadId"]
+        self.parts: list[dict[str, Any]] = []
+
+    def write_part(self, data: bytes) -> None:
+        number = len(self.parts) + 1
+        part = self.backend._call(
+            self.backend.client.upload_part,
+            self.key,
+            Key=self.key,
+            UploadId=self.upload_id,
+            PartNumber=number,
+            Body=data,
+        )
+        self.parts.append({"ETag": part["ETag"], "PartNumber": number})
+
+    def complete(self) -> None:
+        self.backend._call(
+            self.backend.client.complete_multipart_upload,
+            self.key,
+            Key=self.key,
+            UploadId=self.upload_id,
+            MultipartUpload={"Parts": self.parts},
+        )
+
+    def abort(self) -> None:
+        self.backend._call(
+            self.backend.client.abort_multipart_upload,
+            self.key,
+            Key=self.key,
+            UploadId=self.upload_id,
+        )
+
+
+class FileBackend:
+    """A folder on local disk: the embedded default for a laptop or a single machine."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if not path.is_relative_to(self.root):
+            msg = f"key {key!r} escapes the storage folder"
+            raise ValueError(msg)
+        return path
+
+    def describe(self) -> str:
+        return f"file://{self.root}"
+
+    def check(self) -> None:
+        if not self.root.is_dir():
+            raise StorageError(f"storage folder {self.root} does not exist")
+
+    def ensure_bucket(self) -> bool:
+        existed = self.root.is_dir()
+        self.root.mkdir(parents=True, exist_ok=True)
+        return not existed
+
+    def size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(key) from exc
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        try:
+            with self._path(key).open("rb") as fh:
+                fh.seek(start)
+                return fh.read(length)
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(key) from exc
+
+    def put(self, key: str, data: bytes) -> None:
+        sink = self.begin_upload(key)
+        sink.write_part(data)
+        sink.complete()
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def begin_upload(self, key: str) -> UploadSink:
+        return _FileUpload(self._path(key))
+
+
+class _FileUpload:
+    """Writes to a hidden temporary file and renames it into place on completion."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.part")
+        self.fh = self.tmp.open("wb")
+
+    def write_part(self, data: bytes) -> None:
+        self.fh.write(data)
+
+    def complete(self) -> None:
+        self.fh.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+class Storage:
+    """Async facade: runs the backend's blocking calls on a dedicated thread pool."""
+
+    def __init__(self, backend: Backend, *, threads: int = 32) -> None:
+        self.backend = backend
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="storage")
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, threads: int = 32) -> Storage:
+        url = settings.storage_url
+        if url.startswith("s3://"):
+            return cls(S3Backend(settings, max_connections=threads), threads=threads)
+        if url.startswith("file://"):
+            return cls(FileBackend(Path(url.removeprefix("file://") or ".")), threads=threads)
+        msg = f"PDFQUEUE_STORAGE_URL {url!r} must start with s3:// or file://"
+        raise ValueError(msg)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def check(self) -> None:
+        await self.run(self.backend.check)
+
+    async def ensure_bucket(self) -> bool:
+        return await self.run(self.backend.ensure_bucket)
+
+    async def size(self, key: str) -> int:
+        return await self.run(self.backend.size, key)
+
+    async def read_range(self, key: str, start: int, length: int) -> bytes:
+        return await self.run(self.backend.read_range, key, start, length)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self.run(self.backend.put, key, data)
+
+    async def delete(self, key: str) -> None:
+        await self.run(self.backend.delete, key)
+
+    async def exists(self, key: str) -> bool:
+        return await self.run(self.backend.exists, key)
+
+    async def begin_upload(self, key: str) -> UploadSink:
+        return await self.run(self.backend.begin_upload, key)
+
+    def url(self, key: str) -> str:
+        return self.backend.describe().rstrip("/") + "/" + key
+
+    def key_from_url(self, url: str) -> str:
+        """The key of an `s3://` URL inside this store; anything else is refused."""
+        if not isinstance(self.backend, S3Backend):
+            # s3:// sources need PDFQUEUE_STORAGE_URL to be an s3:// store
+            raise SourceOutsideBucket(url, self.backend.describe())
+        here = self.backend.location
+        try:
+            there = S3Location.from_url(url)
+        except ValueError as exc:
+            raise SourceOutsideBucket(url, here.bucket) from exc
+        full = there.prefix.rstrip("/")
+        if there.bucket != here.bucket or not full.startswith(here.prefix) or full == here.prefix:
+            raise SourceOutsideBucket(url, f"{here.bucket}/{here.prefix}")
+        return full.removeprefix(here.prefix)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class RangeReader(io.RawIOBase):
+    """A seekable read-only file over one stored object, fetching only the ranges read.
+
+    `zipfile` reads a central directory with a handful of seeks and reads, so listing a
+    ZIP of 50,000 members costs a few ranged GETs, not a download of the archive.
+    """
+
+    def __init__(self, backend: Backend, key: str) -> None:
+        super().__init__()
+        self.backend = backend
+        self.key = key
+        self.length = backend.size(key)
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.length}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = self.length if size is None or size < 0 else min(self.length, self.pos + size)
+        data = (
+            self.backend.read_range(self.key, self.pos, end - self.pos) if end > self.pos else b""
+        )
+        self.pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

@@ -1,0 +1,1 @@
+"""pdfqueue kopf operator."""

@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on loopback for pdfqueue's tests, from the
+# binaries cached by tools/build-binaries.sh (group "kube"):
+#   etcd, kube-apiserver (RBAC on), kube-controller-manager, kube-scheduler,
+#   and kwok faking 2 nodes (kwok-node-0, kwok-node-1) so pods become Running.
+#
+# Usage:
+#   tools/kube.sh up DIR     start (idempotent); waits for /readyz, Ready nodes
+#                            and the default ServiceAccount
+#   tools/kube.sh down DIR   stop everything started for DIR (state is kept)
+#   tools/kube.sh env DIR    print `export` lines (KUBECONFIG, PATH)
+#
+# Admin kubeconfig: DIR/admin.kubeconfig, context "pdfqueue-test" (user in
+# group system:masters).  Logs: DIR/logs/.  Ports (env overrides):
+# PDFQUEUE_ETCD_PORT=12379 (peer: +1), PDFQUEUE_KUBE_PORT=16443.
+# Timeout: PDFQUEUE_KUBE_TIMEOUT=120 (s).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${PDFQUEUE_TOOLS_CACHE:-/var/cache/pdfqueue-tools}"
+BIN="$CACHE/bin"
+ETCD_PORT="${PDFQUEUE_ETCD_PORT:-12379}"
+ETCD_PEER_PORT="${PDFQUEUE_ETCD_PEER_PORT:-$((ETCD_PORT + 1))}"
+KUBE_PORT="${PDFQUEUE_KUBE_PORT:-16443}"
+TIMEOUT="${PDFQUEUE_KUBE_TIMEOUT:-120}"
+CONTEXT=pdfqueue-test
+NODES=(kwok-node-0 kwok-node-1)
+
+die() { echo "kube: ERROR: $*" >&2; exit 1; }
+say() { echo "kube: $*" >&2; }
+usage() { echo "usage: $0 up DIR | down DIR | env DIR" >&2; exit 2; }
+
+proc_alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  local st
+  st="$(ps -o stat= -p "$1" 2>/dev/null || true)"
+  [ -n "$st" ] && [ "${st#Z}" = "$st" ]
+}
+pid_alive() { [ -f "$1" ] && proc_alive "$(cat "$1" 2>/dev/null)"; }
+
+# ---------------------------------------------------------------------------
+ensure_binaries() {
+  local b missing=0
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok; do
+    [ -x "$BIN/$b" ] || missing=1
+  done
+  if [ "$missing" = 1 ]; then
+    say "control-plane binaries missing in $BIN; running build-binaries.sh kube (slow when cold)"
+    "$HERE/build-binaries.sh" kube >&2
+  fi
+}
+
+# ---------------------------------------------------------------------------
+# PKI (openssl): CA, apiserver serving cert, client certs, SA key pair.
+sign() { # NAME SUBJ [SAN]
+  local name=$1 subj=$2 san=${3:-}
+  local ext="$PKI/$name.ext"
+  if [ -n "$san" ]; then
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=%s\n' "$san" >"$ext"
+  else
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$ext"
+  fi
+  openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
+    -CAcreateserial -days 3650 -sha256 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$ext"
+}
+
+make_pki() {
+  [ -f "$PKI/.done" ] && return 0
+  say "generating PKI in $PKI"
+  rm -rf "$PKI"; mkdir -p "$PKI"; chmod 700 "$PKI"
+  openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
+  openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=pdfqueue-test-ca" -days 3650 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out "$PKI/ca.crt" 2>/dev/null
+  sign apiserver "/CN=kube-apiserver" \
+    "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  sign admin "/O=system:masters/CN=pdfqueue-admin"
+  sign controller-manager "/CN=system:kube-controller-manager"
+  sign scheduler "/CN=system:kube-scheduler"
+  sign kwok "/O=system:masters/CN=kwok"
+  openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  touch "$PKI/.done"
+}
+
+kubeconfig() { # FILE USER
+  local f=$1 user=$2
+  rm -f "$f"
+  local k=("$BIN/kubectl" --kubeconfig "$f" config)
+  "${k[@]}" set-cluster pdfqueue-test --server "https://127.0.0.1:$KUBE_PORT" \
+    --certificate-authority "$PKI/ca.crt" --embed-certs=true >/dev/null
+  "${k[@]}" set-credentials "$user" --client-certificate "$PKI/$user.crt" \
+    --client-key "$PKI/$user.key" --embed-certs=true >/dev/null
+  "${k[@]}" set-context "$CONTEXT" --cluster pdfqueue-test --user "$user" >/dev/null
+  "${k[@]}" use-context "$CONTEXT" >/dev/null
+  chmod 600 "$f"
+}
+
+# ---------------------------------------------------------------------------
+# start NAME CMD...: run detached, pidfile in DIR/run, log in DIR/logs.
+start() {
+  local name=$1; shift
+  if pid_alive "$RUN/$name.pid"; then
+    say "$name already running (pid $(cat "$RUN/$name.pid"))"
+    return 0
+  fi
+  echo "=== $(date -u +%FT%TZ) starting: $*" >>"$LOGS/$name.log"
+  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  echo $! >"$RUN/$name.pid"
+  say "$name started (pid $!, log $LOGS/$name.log)"
+}
+
+# wait_until DESC NAME CMD...: retry CMD; fail early if process NAME died.
+wait_until() {
+  local desc=$1 name=$2; shift 2
+  local deadline=$((SECONDS + TIMEOUT))
+  until "$@" >/dev/null 2>&1; do
+    if [ -n "$name" ] && ! pid_alive "$RUN/$name.pid"; then
+      die "$name exited while waiting for $desc; last log lines ($LOGS/$name.log):
+$(tail -n 25 "$LOGS/$name.log")"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      die "timed out after ${TIMEOUT}s waiting for $desc${name:+; see $LOGS/$name.log}"
+    fi
+    sleep 0.5
+  done
+}
+
+kc() { "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" "$@"; }
+
+etcd_healthy() { curl -fsS -m 2 "http://127.0.0.1:$ETCD_PORT/health" | grep -q '"health":"true"'; }
+api_ready() {
+  curl -fsS -m 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$KUBE_PORT/readyz" | grep -q '^ok$'
+}
+nodes_ready() {
+  local n
+  for n in "${NODES[@]}"; do
+    [ "$(kc get node "$n" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] || return 1
+  done
+}
+default_sa() { kc -n default get serviceaccount default; }
+
+write_kwok_config() {
+  # The default stages shipped in the kwok module (kustomize/stage): node
+  # initialize + heartbeat-with-lease, and the general pod lifecycle.
+  local ver src
+  ver="$(basename "$(dirname "$(dirname "$(readlink -f "$BIN/kwok")")")")"   # kwok-vX.Y.Z
+  ver="${ver#kwok-}"
+  src="$CACHE/go/pkg/mod/sigs.k8s.io/kwok@$ver/kustomize/stage"
+  if [ ! -d "$src" ]; then
+    GOPATH="$CACHE/go" GOMODCACHE="$CACHE/go/pkg/mod" GOFLAGS=-mod=mod \
+      "$(command -v go || echo /usr/local/go/bin/go)" mod download "sigs.k8s.io/kwok@$ver" >/dev/null 2>&1 || true
+  fi
+  [ -d "$src" ] || die "kwok stage files not found at $src"
+  mkdir -p "$DIR/kwok"
+  local f out="$DIR/kwok/kwok.yaml.tmp"
+  {
+    cat <<'EOF'
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  nodeLeaseDurationSeconds: 40
+EOF
+    for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+      pod/general/pod-create.yaml pod/general/pod-init-container-running.yaml \
+      pod/general/pod-init-container-completed.yaml pod/general/pod-ready.yaml \
+      pod/general/pod-complete.yaml pod/general/pod-delete.yaml; do
+      [ -f "$src/$f" ] || die "missing kwok stage $src/$f"
+      echo "---"
+      cat "$src/$f"
+    done
+  } >"$out"
+  mv -f "$out" "$DIR/kwok/kwok.yaml"
+}
+
+create_nodes() {
+  local n
+  for n in "${NODES[@]}"; do
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $n
+  annotations:
+    node.alpha.kubernetes.io/ttl: "0"
+    kwok.x-k8s.io/node: fake
+  labels:
+    beta.kubernetes.io/arch: amd64
+    beta.kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    kubernetes.io/hostname: $n
+    kubernetes.io/os: linux
+    kubernetes.io/role: agent
+    node-role.kubernetes.io/agent: ""
+    type: kwok
+status:
+  allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
+  capacity: {cpu: "32", memory: 256Gi, pods: "110"}
+  nodeInfo:
+    architecture: amd64
+    bootID: ""
+    containerRuntimeVersion: ""
+    kernelVersion: ""
+    kubeProxyVersion: fake
+    kubeletVersion: fake
+    machineID: ""
+    operatingSystem: linux
+    osImage: ""
+    systemUUID: ""
+  phase: Running
+EOF
+  done | kc apply -f - >/dev/null
+}
+
+# ---------------------------------------------------------------------------
+up() {
+  command -v openssl >/dev/null || die "openssl is required"
+  command -v curl >/dev/null || die "curl is required"
+  ensure_binaries
+  mkdir -p "$LOGS" "$RUN" "$DIR/etcd"
+  make_pki
+  kubeconfig "$DIR/admin.kubeconfig" admin
+  kubeconfig "$DIR/controller-manager.kubeconfig" controller-manager
+  kubeconfig "$DIR/scheduler.kubeconfig" scheduler
+  kubeconfig "$DIR/kwok.kubeconfig" kwok
+  write_kwok_config
+
+  start etcd "$BIN/etcd" --name pdfqueue-test --data-dir "$DIR/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "pdfqueue-test=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --listen-metrics-urls "" --unsafe-no-fsync --log-level warn
+  wait_until "etcd health on 127.0.0.1:$ETCD_PORT" etcd etcd_healthy
+
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$KUBE_PORT" \
+    --endpoint-reconciler-type none \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --authorization-mode Node,RBAC \
+    --service-account-key-file "$PKI/sa.pub" \
+    --service-account-signing-key-file "$PKI/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --allow-privileged=true --profiling=false
+  wait_until "kube-apiserver /readyz on https://127.0.0.1:$KUBE_PORT" kube-apiserver api_ready
+
+  start kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$DIR/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 0 \
+    --service-account-private-key-file "$PKI/sa.key" \
+    --root-ca-file "$PKI/ca.crt" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --use-service-account-credentials=true \
+    --leader-elect=false --profiling=false
+
+  start kube-scheduler "$BIN/kube-scheduler" \
+    --kubeconfig "$DIR/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$DIR/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 0 \
+    --leader-elect=false --profiling=false
+
+  start kwok "$BIN/kwok" --kubeconfig "$DIR/kwok.kubeconfig" \
+    --config "$DIR/kwok/kwok.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --manage-nodes-with-label-selector= \
+    --disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom \
+    --disregard-status-with-label-selector= \
+    --cidr=10.0.0.1/24 --node-ip=10.0.0.1 --node-lease-duration-seconds=40
+
+  create_nodes
+  wait_until "nodes ${NODES[*]} Ready" kwok nodes_ready
+  wait_until "ServiceAccount default/default" kube-controller-manager default_sa
+  local p
+  for p in kube-scheduler kwok; do
+    pid_alive "$RUN/$p.pid" || die "$p is not running; see $LOGS/$p.log"
+  done
+  say "control plane up: KUBECONFIG=$DIR/admin.kubeconfig (context $CONTEXT)"
+}
+
+down() {
+  local n pf pid i
+  for n in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+    pf="$RUN/$n.pid"
+    if pid_alive "$pf"; then
+      pid="$(cat "$pf")"
+      kill -TERM "$pid" 2>/dev/null || true
+      for i in $(seq 1 150); do proc_alive "$pid" || break; sleep 0.1; done
+      proc_alive "$pid" && { say "$n did not exit on SIGTERM; killing"; kill -KILL "$pid" 2>/dev/null || true; }
+      say "$n stopped"
+    fi
+    rm -f "$pf"
+  done
+}
+
+print_env() {
+  cat <<EOF
+export KUBECONFIG=$DIR/admin.kubeconfig
+export PDFQUEUE_KUBECONFIG=$DIR/admin.kubeconfig
+export PDFQUEUE_KUBE_CONTEXT=$CONTEXT
+export PATH=$BIN:\$PATH
+EOF
+}
+
+# ---------------------------------------------------------------------------
+[ $# -eq 2 ] || usage
+cmd=$1
+mkdir -p "$2"
+DIR="$(cd "$2" && pwd)"
+PKI="$DIR/pki"; LOGS="$DIR/logs"; RUN="$DIR/run"
+case "$cmd" in
+  up) up ;;
+  down) down ;;
+  env) print_env ;;
+  *) usage ;;
+esac

@@ -1,0 +1,1 @@
+"""pdfqueue arq worker."""

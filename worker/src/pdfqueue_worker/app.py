@@ -1,0 +1,95 @@
+"""Building the arq Worker: functions, timeouts, serializer and per-process resources."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from arq import Worker, func
+from arq.connections import RedisSettings
+
+from pdfqueue.db import Database, connect
+from pdfqueue.queue import check_durability, deserialize, serialize
+from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState
+from pdfqueue.storage import Storage
+from pdfqueue_worker.deps import Deps
+from pdfqueue_worker.extract import Extractor
+from pdfqueue_worker.tasks import ingest, process
+
+log = logging.getLogger(__name__)
+SPARE_TRIES = 3
+"""arq tries beyond max_tries, in which a job only records its failure (see tasks.process)."""
+
+
+async def startup(ctx: dict[str, Any]) -> None:
+    settings: Settings = ctx["settings"]
+    redis = ctx["redis"]
+    problems = await check_durability(redis)
+    for problem in problems:
+        log.warning("REDIS IS NOT SAFE FOR A QUEUE: %s", problem)
+    if problems and settings.redis_strict:
+        msg = "refusing to start (PDFQUEUE_REDIS_STRICT): " + "; ".join(problems)
+        raise RuntimeError(msg)
+    pool = await connect(settings.database_url, max_size=settings.worker_max_jobs // 2 + 2)
+    ctx["deps"] = Deps(
+        settings=settings,
+        redis=redis,
+        state=BatchState(redis, settings.batch_ttl_s),
+        db=Database(pool, settings.users_table),
+        storage=Storage.from_settings(settings, threads=settings.worker_max_jobs),
+        extractor=Extractor(
+            processes=settings.extract_processes,
+            timeout_s=settings.extract_timeout_s,
+            max_pages=settings.extract_max_pages,
+            memory_bytes=settings.extract_memory_bytes,
+            tasks_per_process=settings.extract_tasks_per_process,
+        ),
+    )
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    deps: Deps | None = ctx.get("deps")
+    if deps is None:
+        return
+    deps.extractor.close()
+    deps.storage.close()
+    await deps.db.pool.close()
+
+
+def build_worker(settings: Settings, **overrides: Any) -> Worker:
+    """The arq Worker for these settings; tests pass `burst=True` and the like."""
+    settings.check_shutdown_rule()
+    options: dict[str, Any] = {
+        "functions": [
+            func(
+                ingest,
+                name="ingest",
+                timeout=settings.job_timeout_s,
+                max_tries=settings.max_tries + SPARE_TRIES,
+            ),
+            func(
+                process,
+                name="process",
+                timeout=settings.job_timeout_s,
+                max_tries=settings.max_tries + SPARE_TRIES,
+            ),
+        ],
+        # Workers wait for Redis to come back (producers, by contrast, fail fast).
+        "redis_settings": replace(RedisSettings.from_dsn(settings.redis_url), conn_retries=120),
+        "queue_name": settings.queue_name,
+        "max_jobs": settings.worker_max_jobs,
+        "poll_delay": settings.worker_poll_delay_s,
+        "job_timeout": settings.job_timeout_s,
+        "job_completion_wait": settings.job_completion_wait_s,
+        "keep_result": settings.batch_ttl_s,
+        "job_serializer": serialize,
+        "job_deserializer": deserialize,
+        "on_startup": startup,
+        "on_shutdown": shutdown,
+        "ctx": {"settings": settings},
+        "health_check_interval": 10,
+    }
+    options.update(overrides)
+    return Worker(**options)

@@ -1,0 +1,174 @@
+"""Reading uploaded ZIPs safely: listing members with limits, and reading one member by range."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import posixpath
+import struct
+import zipfile
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pdfqueue.errors import ArchiveRejected, NotAZipArchive, PermanentError
+from pdfqueue.storage import Backend, RangeReader
+
+_SUPPORTED_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
+_LOCAL_HEADER = struct.Struct(zipfile.structFileHeader)
+_NAME_MARGIN = 1024  # local header name + extra field; read again if it is larger
+
+
+class MemberRejected(PermanentError):
+    """One member breaks a rule; it fails with `reason`, the rest of the batch goes on."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_members: int
+    max_member_bytes: int
+    max_total_bytes: int
+    max_ratio: float
+
+
+@dataclass(frozen=True)
+class Member:
+    """Where one member's bytes are inside the archive: enough to read it with one ranged GET."""
+
+    index: int
+    name: str
+    offset: int
+    compressed_size: int
+    size: int
+    method: int
+    crc: int
+
+    def to_job(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Listing:
+    pdfs: list[Member] = field(default_factory=list)
+    rejected: list[tuple[int, str, MemberRejected]] = field(default_factory=list)
+    """PDF members that fail at once: (index, name, why)."""
+    ignored: list[tuple[int, str, str]] = field(default_factory=list)
+    """Members that are not PDFs by name: (index, name, reason); reported, never counted."""
+
+    @property
+    def total_files(self) -> int:
+        return len(self.pdfs) + len(self.rejected)
+
+
+def list_members(backend: Backend, key: str, limits: Limits) -> Listing:
+    """Classify every member of the stored ZIP from its central directory (blocking)."""
+    try:
+        with zipfile.ZipFile(RangeReader(backend, key)) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
+        raise NotAZipArchive(str(exc)) from exc
+    if len(infos) > limits.max_members:
+        msg = f"the archive has {len(infos)} members; the limit is {limits.max_members}"
+        raise ArchiveRejected(msg)
+    declared = sum(i.file_size for i in infos)
+    if declared > limits.max_total_bytes:
+        msg = (
+            f"the archive declares {declared} uncompressed bytes;"
+            f" the limit is {limits.max_total_bytes}"
+        )
+        raise ArchiveRejected(msg)
+    _reject_overlaps(infos)
+
+    listing = Listing()  # duplicate names are processed: content decides what is a duplicate
+    for index, info in enumerate(infos):
+        name = info.filename
+        if info.is_dir() or _is_metadata(name):
+            continue
+        if not name.lower().endswith(".pdf"):
+            listing.ignored.append((index, name, "not_a_pdf"))
+            continue
+        try:
+            _check_member(info, limits)
+        except MemberRejected as exc:
+            listing.rejected.append((index, name, exc))
+            continue
+        listing.pdfs.append(
+            Member(
+                index,
+                name,
+                info.header_offset,
+                info.compress_size,
+                info.file_size,
+                info.compress_type,
+                info.CRC,
+            )
+        )
+    return listing
+
+
+def _is_metadata(name: str) -> bool:
+    base = posixpath.basename(name)
+    return name.startswith("__MACOSX/") or base.startswith("._") or base == ".DS_Store"
+
+
+def _check_member(info: zipfile.ZipInfo, limits: Limits) -> None:
+    name = info.filename
+    if name.startswith("/") or ".." in name.split("/") or "\\" in name or ":" in name:
+        raise MemberRejected("unsafe_name", f"member name {name!r} is absolute or climbs out")
+    if info.flag_bits & 0x1:
+        raise MemberRejected("encrypted_member", f"{name!r} is encrypted inside the ZIP")
+    if info.compress_type not in _SUPPORTED_METHODS:
+        raise MemberRejected(
+            "unsupported_compression", f"{name!r} uses method {info.compress_type}"
+        )
+    if info.file_size > limits.max_member_bytes:
+        raise MemberRejected("too_large", f"{name!r} is {info.file_size} bytes uncompressed")
+    ratio = info.file_size / max(info.compress_size, 1)
+    if ratio > limits.max_ratio:
+        raise MemberRejected("compression_ratio", f"{name!r} expands {ratio:.0f}x: a zip bomb?")
+
+
+def _reject_overlaps(infos: list[zipfile.ZipInfo]) -> None:
+    """Overlapping members are the trick behind non-recursive zip bombs: refuse the archive."""
+    spans = sorted(
+        (i.header_offset, i.header_offset + i.compress_size) for i in infos if not i.is_dir()
+    )
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        if start < end:
+            msg = "members overlap inside the archive (an overlapping-entry zip bomb?)"
+            raise ArchiveRejected(msg)
+
+
+def read_member(backend: Backend, key: str, m: Member) -> bytes:
+    """The uncompressed bytes of one member, fetched by range and checked against its CRC."""
+    want = _LOCAL_HEADER.size + _NAME_MARGIN + m.compressed_size
+    buf = backend.read_range(key, m.offset, want)
+    if len(buf) < _LOCAL_HEADER.size or buf[:4] != zipfile.stringFileHeader:
+        raise MemberRejected("corrupt_member", f"{m.name!r}: no local header at its offset")
+    fields = _LOCAL_HEADER.unpack(buf[: _LOCAL_HEADER.size])
+    start = (
+        _LOCAL_HEADER.size
+        + fields[zipfile._FH_FILENAME_LENGTH]
+        + fields[zipfile._FH_EXTRA_FIELD_LENGTH]
+    )
+    if start + m.compressed_size > len(buf):
+        buf += backend.read_range(key, m.offset + len(buf), start + m.compressed_size - len(buf))
+    info = zipfile.ZipInfo(m.name)
+    info.compress_type, info.compress_size, info.file_size, info.CRC = (
+        m.method,
+        m.compressed_size,
+        m.size,
+        m.crc,
+    )
+    raw = io.BytesIO(buf[start : start + m.compressed_size])
+    try:
+        with zipfile.ZipExtFile(raw, "r", info) as fh:
+            data = fh.read(m.size + 1)
+    except Exception as exc:  # BadZipFile (CRC), zlib.error, EOFError: a damaged member
+        raise MemberRejected("corrupt_member", f"{m.name!r}: {exc}") from exc
+    if len(data) != m.size:
+        raise MemberRejected("corrupt_member", f"{m.name!r}: size differs from the directory")
+    return data

@@ -1,0 +1,28 @@
+"""`pdfqueue worker`: run an arq worker for the pdfqueue queue."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pdfqueue.settings import Settings
+from pdfqueue.telemetry import setup_logging
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("worker", help="run a worker (arq)")
+    p.add_argument("--concurrency", type=int, help="jobs at once (PDFQUEUE_WORKER_MAX_JOBS)")
+    p.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdfqueue_worker.app import build_worker
+
+    setup_logging()
+    settings = Settings()
+    if args.concurrency:
+        settings = settings.model_copy(update={"worker_max_jobs": args.concurrency})
+    worker = build_worker(settings, burst=args.burst)
+    worker.run()
+    return 0

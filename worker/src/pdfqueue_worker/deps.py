@@ -1,0 +1,41 @@
+"""What every task needs, built once per worker process and kept in arq's ctx."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from pdfqueue.db import Database
+from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState
+from pdfqueue.storage import Storage
+from pdfqueue_worker.archive import Limits
+from pdfqueue_worker.extract import Extractor
+
+
+@dataclass
+class Deps:
+    settings: Settings
+    redis: Redis
+    state: BatchState
+    db: Database
+    storage: Storage
+    extractor: Extractor
+
+    @property
+    def limits(self) -> Limits:
+        s = self.settings
+        return Limits(
+            max_members=s.max_members,
+            max_member_bytes=s.max_pdf_bytes,
+            max_total_bytes=s.max_total_uncompressed_bytes,
+            max_ratio=s.max_compression_ratio,
+        )
+
+    def backoff_s(self, job_try: int) -> float:
+        """Exponential backoff with full jitter, so retries of a busy batch spread out."""
+        s = self.settings
+        ceiling = min(s.retry_max_delay_s, s.retry_base_delay_s * 2 ** (job_try - 1))
+        return random.uniform(s.retry_base_delay_s / 2, ceiling)  # noqa: S311 (not crypto)

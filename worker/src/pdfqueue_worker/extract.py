@@ -1,0 +1,104 @@
+"""Text extraction with pypdf in a pool of killable processes: never on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import multiprocessing
+import os
+import resource
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+from pebble import ProcessExpired, ProcessPool
+from pypdf import PasswordType, PdfReader
+from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
+
+from pdfqueue_worker.emails import find_emails
+
+
+class Unreadable(Exception):
+    """This PDF cannot be read; `reason` is the per-file reason in the report."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Extraction:
+    emails: list[str]
+    pages: int
+    has_text: bool
+
+
+def _limit_memory(max_bytes: int) -> None:
+    """Pool initializer: a decompression bomb hits MemoryError here, not the node's OOM killer."""
+    resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+
+
+def read_pdf(data: bytes, max_pages: int) -> tuple[str, list[str], int, bool]:
+    """Runs in a pool process. Returns (error reason or "", emails, pages, has_text)."""
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
+            return "encrypted", [], 0, False
+        emails: list[str] = []
+        has_text = False
+        pages = len(reader.pages)
+        for page in reader.pages[:max_pages]:
+            text = page.extract_text()
+            has_text = has_text or bool(text.strip())
+            emails.extend(e for e in find_emails(text) if e not in emails)
+    except (FileNotDecryptedError, DependencyError):
+        return "encrypted", [], 0, False
+    except (LimitReachedError, MemoryError):
+        return "too_large", [], 0, False
+    except Exception:  # any parser failure on hostile input: this file is unreadable
+        return "unreadable", [], 0, False
+    return "", emails, pages, has_text
+
+
+class Extractor:
+    """Owns the process pool; a PDF that hangs the parser is killed at the time limit."""
+
+    def __init__(
+        self,
+        *,
+        processes: int,
+        timeout_s: float,
+        max_pages: int,
+        memory_bytes: int,
+        tasks_per_process: int,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.max_pages = max_pages
+        self.pool = ProcessPool(
+            max_workers=processes or os.cpu_count() or 1,
+            max_tasks=tasks_per_process,
+            initializer=_limit_memory,
+            initargs=(memory_bytes,),
+            # forkserver: forking the event-loop process, with its threads, is unsafe.
+            context=multiprocessing.get_context("forkserver"),
+        )
+
+    async def extract(self, data: bytes) -> Extraction:
+        future = self.pool.schedule(read_pdf, args=(data, self.max_pages), timeout=self.timeout_s)
+        try:
+            reason, emails, pages, has_text = await asyncio.wrap_future(future)
+        except FutureTimeout as exc:
+            raise Unreadable("timeout", f"parsing took over {self.timeout_s:g}s") from exc
+        except ProcessExpired as exc:
+            raise Unreadable("parser_crashed", f"the parser process died ({exc.exitcode})") from exc
+        except asyncio.CancelledError:
+            future.cancel()  # pebble kills the process running a cancelled task
+            raise
+        if reason:
+            raise Unreadable(reason)
+        return Extraction(emails, pages, has_text)
+
+    def close(self) -> None:
+        self.pool.stop()
+        self.pool.join(timeout=5)
