@@ -24,14 +24,12 @@ HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 CACHE="${PDFQUEUE_TOOLS_CACHE:-/var/cache/pdfqueue-tools}"
 JOBS="${PDFQUEUE_BUILD_JOBS:-2}"
 
-if ! command -v go >/dev/null 2>&1; then
-  if [ -x /usr/local/go/bin/go ]; then
-    export PATH="/usr/local/go/bin:$PATH"
-  else
-    echo "build-binaries: no 'go' toolchain found (need Go >= 1.26)" >&2
-    exit 1
-  fi
+# Prefer the official toolchain in /usr/local/go (a distro `go` may be older).
+if [ -x /usr/local/go/bin/go ]; then
+  export PATH="/usr/local/go/bin:$PATH"
 fi
+command -v go >/dev/null 2>&1 ||
+  { echo "build-binaries: no 'go' toolchain found (need Go >= 1.26)" >&2; exit 1; }
 
 mkdir -p "$CACHE/bin" "$CACHE/src"
 CACHE="$(cd "$CACHE" && pwd)"
@@ -243,6 +241,9 @@ build_helm() {
 
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=(s3 kube helm)
+for g in "${groups[@]}"; do
+  case "$g" in s3|kube|helm) ;; *) echo "usage: $0 [s3] [kube] [helm]" >&2; exit 2 ;; esac
+done
 for g in "${groups[@]}"; do
   case "$g" in
     s3) build_s3 ;;

@@ -159,12 +159,8 @@ write_kwok_config() {
   mkdir -p "$DIR/kwok"
   local f out="$DIR/kwok/kwok.yaml.tmp"
   {
-    cat <<'EOF'
-apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  nodeLeaseDurationSeconds: 40
-EOF
+    # No KwokConfiguration document here: kwok only applies its option
+    # defaults when none is given (options come from flags instead).
     for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
       pod/general/pod-create.yaml pod/general/pod-init-container-running.yaml \
       pod/general/pod-init-container-completed.yaml pod/general/pod-ready.yaml \

@@ -148,7 +148,7 @@ pg_datadir() {
   fi
 }
 
-pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t 2; }
+pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -t 2; }
 
 psql_admin() {
   "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres "$@"
@@ -180,11 +180,14 @@ host    all   all   ::1/128       trust
 EOF
       [ -n "$PG_USER" ] && chown "$PG_USER:" "$data/pg_hba.conf"
     fi
-    touch "$DIR/postgres.log"
+    [ -L "$DIR/postgres.log" ] || touch "$DIR/postgres.log"
     [ -n "$PG_USER" ] && chown "$PG_USER:" "$DIR/postgres.log" 2>/dev/null || true
     # Log in DIR if the pg user can write there, else inside the data dir.
     local logf="$DIR/postgres.log"
-    as_pg test -w "$logf" || logf="$data/postgres.log"
+    if ! as_pg test -w "$logf"; then
+      logf="$data/postgres.log"
+      ln -sfn "$logf" "$DIR/postgres.log"
+    fi
     as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$logf" -w -t "$TIMEOUT" \
       -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" \
       start >/dev/null 2>&1 || true
