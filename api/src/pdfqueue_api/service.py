@@ -14,10 +14,11 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from pdfqueue import keys
+from pdfqueue.batches import register_batch
 from pdfqueue.db import Database
 from pdfqueue.errors import BatchNotFound, ServiceUnavailable
 from pdfqueue.models import TERMINAL, BatchStatus, BatchSummary, FileResult
-from pdfqueue.queue import Job, enqueue, remove
+from pdfqueue.queue import remove
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
@@ -66,10 +67,18 @@ class BatchService:
         return batch_id
 
     async def _register(self, batch_id: str, tenant: str, key: str) -> None:
-        summary = await _guard("postgresql", self.db.create_batch(batch_id, tenant, key))
-        await _guard("redis", self.state.create(batch_id, tenant, summary.created_at))
-        job = Job(keys.ingest_job(batch_id), "ingest", {"batch_id": batch_id, "source": key})
-        await _guard("redis", enqueue(self.redis, self.settings.queue_name, [job]))
+        await _guard(
+            "queue",
+            register_batch(
+                self.db,
+                self.state,
+                self.redis,
+                self.settings.queue_name,
+                batch_id=batch_id,
+                tenant=tenant,
+                source_key=key,
+            ),
+        )
 
     async def _undo(self, batch_id: str, key: str) -> None:
         for step in (

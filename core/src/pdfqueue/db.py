@@ -172,35 +172,59 @@ class Database:
     async def claim(
         self, ref: FileRef, *, user_id: int, object_key: str, sha256: str
     ) -> tuple[Outcome, str | None]:
-        """Link the user to the object only if nobody has, and record the file, in one statement.
+        """Link the user to the object only if nobody has, and record the file, atomically.
 
-        `WHERE pdf_url IS NULL` makes two racing workers safe: the row lock lets one win.
-        A retry after a crash finds its own earlier row and reports that, claiming nothing.
+        The user's row is locked first, so racing workers decide on its committed value:
+        one links, the others see that link (`duplicate` when it is the same content, else
+        `already_linked`). A retry after a crash finds its own earlier row and claims nothing.
         """
         users = quote_ident(self.users_table)
-        row = await self.pool.fetchrow(
-            f"WITH earlier AS (SELECT outcome, reason FROM pdfqueue_files"
-            f"   WHERE batch_id = $1 AND idx = $2),"
-            f" claim AS (UPDATE {users} SET pdf_url = $5 WHERE id = $4 AND pdf_url IS NULL"
-            f"   AND NOT EXISTS (SELECT 1 FROM earlier) RETURNING id),"
-            f" ins AS (INSERT INTO pdfqueue_files"
-            f"   (batch_id, idx, name, outcome, reason, user_id, object_key, sha256)"
-            f"   SELECT $1, $2, $3,"
-            f"     CASE WHEN c.n > 0 THEN 'linked' ELSE 'skipped_already_exists' END,"
-            f"     CASE WHEN c.n > 0 THEN NULL"
-            f"          WHEN (SELECT pdf_url FROM {users} WHERE id = $4) = $5 THEN 'duplicate'"
-            f"          ELSE 'already_linked' END, $4, $5, $6"
-            f"   FROM (SELECT count(*) AS n FROM claim) c WHERE NOT EXISTS (SELECT 1 FROM earlier)"
-            f"   RETURNING outcome, reason)"
-            f" SELECT outcome, reason FROM ins UNION ALL SELECT outcome, reason FROM earlier",
-            ref.batch_id,
-            ref.index,
-            ref.name,
-            user_id,
-            object_key,
-            sha256,
-        )
-        return Outcome(row["outcome"]), row["reason"]
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                f"SELECT u.pdf_url, f.outcome, f.reason FROM {users} u"
+                f" LEFT JOIN pdfqueue_files f ON f.batch_id = $1 AND f.idx = $2"
+                f" WHERE u.id = $3 FOR UPDATE OF u",
+                ref.batch_id,
+                ref.index,
+                user_id,
+            )
+            if row is not None and row["outcome"] is not None:
+                return Outcome(row["outcome"]), row["reason"]
+            current = row["pdf_url"] if row is not None else None
+            if row is None:  # the user was deleted meanwhile
+                outcome, reason = Outcome.SKIPPED_NO_MATCH, "no_user"
+            elif current is None:
+                outcome, reason = Outcome.LINKED, None
+            else:
+                outcome = Outcome.SKIPPED_ALREADY_EXISTS
+                reason = "duplicate" if current == object_key else "already_linked"
+            # The row goes in first: if a second delivery of this job already wrote one, the
+            # insert does nothing and neither does the claim.
+            inserted = await conn.fetchval(
+                "INSERT INTO pdfqueue_files"
+                " (batch_id, idx, name, outcome, reason, user_id, object_key, sha256)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING 1",
+                ref.batch_id,
+                ref.index,
+                ref.name,
+                outcome.value,
+                reason,
+                user_id,
+                object_key if outcome is Outcome.LINKED else None,
+                sha256,
+            )
+            if inserted is None:
+                first = await conn.fetchrow(
+                    "SELECT outcome, reason FROM pdfqueue_files WHERE batch_id = $1 AND idx = $2",
+                    ref.batch_id,
+                    ref.index,
+                )
+                return Outcome(first["outcome"]), first["reason"]
+            if outcome is Outcome.LINKED:
+                await conn.execute(
+                    f"UPDATE {users} SET pdf_url = $2 WHERE id = $1", user_id, object_key
+                )
+        return outcome, reason
 
     async def files(self, batch_id: str, *, after: int = -1, limit: int = 1000) -> list[FileResult]:
         rows = await self.pool.fetch(

@@ -44,9 +44,12 @@ class BatchState:
     redis: Redis
     ttl_s: int
 
-    async def create(self, batch_id: str, tenant: str, created_at: datetime) -> None:
+    async def create(self, batch_id: str, tenant: str, created_at: datetime) -> bool:
+        """Create live state for a new batch; existing state is left alone (returns False)."""
+        key = keys.batch(batch_id)
+        if not await self.redis.hsetnx(key, "status", BatchStatus.PENDING.value):  # type: ignore[misc]
+            return False
         fields: dict[str, str | int] = {
-            "status": BatchStatus.PENDING.value,
             "tenant": tenant,
             "created_at": created_at.isoformat(),
             "processed": 0,
@@ -54,9 +57,10 @@ class BatchState:
             **dict.fromkeys(COUNTERS, 0),
         }
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.batch(batch_id), mapping=fields)
-            pipe.expire(keys.batch(batch_id), self.ttl_s)
+            pipe.hset(key, mapping=fields)
+            pipe.expire(key, self.ttl_s)
             await pipe.execute()
+        return True
 
     async def restore(self, summary: BatchSummary, tenant: str, outcomes: dict[int, str]) -> None:
         """Rebuild expired live state from the durable record (a batch that outlived its TTL)."""

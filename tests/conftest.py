@@ -1,0 +1,169 @@
+"""Fixtures against real services: Redis, PostgreSQL and an S3 server started by `make test`."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from hashlib import sha256
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import boto3
+import httpx
+import pytest
+from helpers import MakeCorpus, RunWorker
+from redis.asyncio import Redis
+
+from pdfqueue.db import connect, migrate
+from pdfqueue.samples import Corpus, Mix, build_corpus, seed_users, write_zip
+from pdfqueue.settings import Settings
+from pdfqueue.storage import Storage
+
+REQUIRED_ENV = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--e2e", action="store_true", help="run e2e tests against a kind cluster")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--e2e"):
+        skip = pytest.mark.skip(reason="e2e tests are opt-in: pass --e2e")
+        for item in items:
+            if "e2e" in item.keywords:
+                item.add_marker(skip)
+    items.sort(key=lambda item: "e2e" in item.keywords)  # e2e runs last
+
+
+@pytest.fixture(scope="session")
+def services() -> dict[str, str]:
+    missing = [name for name in REQUIRED_ENV if not os.environ.get(name)]
+    if missing:
+        pytest.exit(
+            f"{', '.join(missing)} not set: run `make test`, or start the services with "
+            '`tools/services.sh start .state` and `eval "$(tools/services.sh env .state)"`',
+            returncode=2,
+        )
+    return {name: os.environ[name] for name in REQUIRED_ENV}
+
+
+@pytest.fixture(scope="session")
+async def migrated(services: dict[str, str]) -> None:
+    pool = await connect(services["PDFQUEUE_DATABASE_URL"], max_size=1)
+    async with pool.acquire() as conn:
+        await migrate(conn)
+    await pool.close()
+
+
+@pytest.fixture
+def settings(services: dict[str, str], migrated: None, request: pytest.FixtureRequest) -> Settings:
+    """Settings isolated per test: own queue, own users table, own storage prefix."""
+    tag = uuid.uuid4().hex[:10]
+    overrides: dict[str, Any] = {
+        "queue_name": f"pdfqueue-test:{tag}",
+        "users_table": f"users_{tag}",
+        "storage_url": f"s3://pdfqueue/t-{tag}",
+        "worker_poll_delay_s": 0.01,
+        "extract_processes": 2,
+        "job_timeout_s": 20,
+        "job_completion_wait_s": 25,
+        "retry_base_delay_s": 0.05,
+        "retry_max_delay_s": 0.2,
+        # acme's token is stored in clear, globex's only as its hash
+        "api_tokens": f"acme:secret-token,globex:sha256:{sha256(b'globex-token').hexdigest()}",
+    }
+    marker = request.node.get_closest_marker("settings")
+    if marker:
+        overrides.update(marker.kwargs)
+    return Settings(**overrides)
+
+
+@pytest.fixture
+async def storage(settings: Settings) -> AsyncIterator[Storage]:
+    store = Storage.from_settings(settings, threads=4)
+    await store.ensure_bucket()
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def s3_keys(settings: Settings) -> Callable[[str], list[str]]:
+    """List what really is in the bucket under this test's prefix (to prove nothing is left)."""
+    client = boto3.client(
+        "s3", endpoint_url=os.environ["PDFQUEUE_S3_ENDPOINT_URL"], region_name="us-east-1"
+    )
+    prefix = settings.storage_url.removeprefix("s3://pdfqueue/") + "/"
+
+    def list_keys(under: str = "") -> list[str]:
+        found = client.list_objects_v2(Bucket="pdfqueue", Prefix=prefix + under)
+        keys = [o["Key"].removeprefix(prefix) for o in found.get("Contents", [])]
+        uploads = client.list_multipart_uploads(Bucket="pdfqueue", Prefix=prefix + under)
+        keys += [f"(multipart) {u['Key']}" for u in uploads.get("Uploads", [])]
+        return keys
+
+    return list_keys
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[Redis]:
+    client = Redis.from_url(settings.redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def db(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(settings.database_url)
+    yield conn
+    await conn.execute(f'DROP TABLE IF EXISTS "{settings.users_table}"')
+    await conn.close()
+
+
+@pytest.fixture
+def make_corpus(db: asyncpg.Connection, settings: Settings, tmp_path: Path) -> MakeCorpus:
+    """Build a corpus, seed its users into this test's users table, and write its ZIP."""
+
+    async def make(
+        n: int, *, seed: int = 0, mix: Mix | None = None, junk: bool = True
+    ) -> tuple[Corpus, Path]:
+        corpus = build_corpus(n, seed=seed, **({"mix": mix} if mix else {}))
+        await seed_users(db, corpus.users, table=settings.users_table)
+        path = write_zip(corpus, tmp_path / f"corpus-{n}-{seed}.zip", seed=seed, junk=junk)
+        return corpus, path
+
+    return make
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The real ASGI app, lifespan included, with tenant acme's token."""
+    from pdfqueue_api.app import create_app
+
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://pdfqueue.test",
+            headers={"Authorization": "Bearer secret-token"},
+            timeout=30,
+        ) as client:
+            yield client
+
+
+@pytest.fixture
+def run_worker(settings: Settings) -> RunWorker:
+    """Run a real arq worker in burst mode until the queue is empty (arq's own test pattern)."""
+    from pdfqueue_worker.app import build_worker
+
+    async def run(**overrides: Any) -> Any:
+        worker = build_worker(settings, burst=True, handle_signals=False, **overrides)
+        try:
+            await worker.main()
+        finally:
+            await worker.close()
+        return worker
+
+    return run

@@ -1,0 +1,225 @@
+"""The whole pipeline on real Redis, PostgreSQL and S3: a ZIP in, users linked, exact counts."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import zipfile
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from helpers import MakeCorpus, RunWorker, upload
+
+from pdfqueue.samples import CLEAN, Expect, render_pdf
+from pdfqueue.settings import Settings
+from pdfqueue.storage import Storage
+
+
+async def wait_done(api: httpx.AsyncClient, batch_id: str) -> dict[str, object]:
+    status = (await api.get(f"/v1/batches/{batch_id}")).json()
+    assert status["status"] in {"COMPLETED", "FAILED", "CANCELLED"}, status
+    return status
+
+
+async def test_batch_links_every_matching_user_and_counts_exactly(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    db: asyncpg.Connection,
+    settings: Settings,
+    storage: Storage,
+) -> None:
+    corpus, path = await make_corpus(80, seed=3)
+    batch_id = await upload(api, path)
+    assert (await api.get(f"/v1/batches/{batch_id}")).json()["status"] == "PENDING"
+
+    await run_worker()
+
+    status = await wait_done(api, batch_id)
+    assert status["status"] == "COMPLETED"
+    expected = corpus.counts()
+    assert {k: status[k] for k in expected} == expected
+    assert status["total_files"] == status["processed"] == 80
+    assert status["ignored"] == 1  # notes.txt; the directory and __MACOSX entries are not files
+
+    report = (await api.get(f"/v1/batches/{batch_id}/files")).json()
+    by_name = {r["name"]: r for r in report}
+    assert by_name["notes.txt"] == {
+        **by_name["notes.txt"],
+        "outcome": "ignored",
+        "reason": "not_a_pdf",
+    }
+    for f in corpus.files:
+        row = by_name[f.name]
+        assert row["outcome"] == f.expect.value, (f, row)
+        if f.reason:
+            assert row["reason"] == f.reason, (f, row)
+
+    users = {
+        r["id"]: r["pdf_url"] for r in await db.fetch(f'SELECT * FROM "{settings.users_table}"')
+    }
+    for f in corpus.files:
+        if f.expect is Expect.LINKED:
+            row = by_name[f.name]
+            data = render_pdf(f, seed=3)
+            key = f"pdfs/{row['user_id']}/{hashlib.sha256(data).hexdigest()}.pdf"
+            assert users[row["user_id"]] == key == row["object_key"]
+            assert await storage.read_range(key, 0, len(data) + 10) == data
+    linked_users = sum(1 for f in corpus.files if f.expect is Expect.LINKED)
+    legacy = sum(1 for u in corpus.users if u.pdf_url)
+    assert sum(1 for url in users.values() if url) == linked_users + legacy
+
+
+async def test_report_as_csv_and_final_summary_in_postgres(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, db: asyncpg.Connection
+) -> None:
+    corpus, path = await make_corpus(12, seed=4)
+    batch_id = await upload(api, path)
+    await run_worker()
+    response = await api.get(f"/v1/batches/{batch_id}/files", params={"format": "csv"})
+    assert response.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    assert len(rows) == 13  # 12 PDFs and notes.txt
+    assert {r["outcome"] for r in rows} <= {
+        "linked",
+        "skipped_no_match",
+        "skipped_already_exists",
+        "failed",
+        "ignored",
+    }
+
+    final = await db.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", batch_id)
+    assert final["status"] == "COMPLETED"
+    assert final["completed_at"] is not None
+    assert final["processed"] == 12
+    assert {k: final[k] for k in corpus.counts()} == corpus.counts()
+
+
+async def test_multipart_upload_is_accepted(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker
+) -> None:
+    _corpus, path = await make_corpus(5, seed=5, mix=CLEAN)
+    response = await api.post(
+        "/v1/batches",
+        files={
+            "note": ("x.txt", b"not the file"),
+            "file": (path.name, path.read_bytes(), "application/zip"),
+        },
+    )
+    assert response.status_code == 202, response.text
+    assert response.json()["status_url"].endswith(response.json()["batch_id"])
+    await run_worker()
+    status = await wait_done(api, response.json()["batch_id"])
+    assert status["linked"] == 5
+
+
+async def test_zip_without_pdfs_and_empty_zip_complete_with_zero_files(
+    api: httpx.AsyncClient, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    only_text = tmp_path / "text.zip"
+    with zipfile.ZipFile(only_text, "w") as zf:
+        zf.writestr("readme.txt", "hello")
+        zf.writestr("docs/", "")
+    empty = tmp_path / "empty.zip"
+    zipfile.ZipFile(empty, "w").close()
+    ids = [await upload(api, only_text), await upload(api, empty)]
+    await run_worker()
+    for batch_id, ignored in zip(ids, (1, 0), strict=True):
+        status = await wait_done(api, batch_id)
+        assert status["status"] == "COMPLETED"
+        assert (status["total_files"], status["processed"], status["ignored"]) == (0, 0, ignored)
+
+
+async def test_same_pdf_twice_links_once_and_reports_duplicate(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    corpus, _ = await make_corpus(3, seed=6, mix=CLEAN)
+    doubled = tmp_path / "doubled.zip"
+    data = render_pdf(corpus.files[0], seed=6)
+    with zipfile.ZipFile(doubled, "w") as zf:
+        zf.writestr("a/one.pdf", data)
+        zf.writestr("b/one-again.pdf", data)
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            zf.writestr("a/one.pdf", data)  # the same name twice, too
+    first = await upload(api, doubled)
+    await run_worker()
+    status = await wait_done(api, first)
+    assert (status["linked"], status["skipped_already_exists"]) == (1, 2)
+    reasons = {r["reason"] for r in (await api.get(f"/v1/batches/{first}/files")).json()}
+    assert "duplicate" in reasons
+
+    second = await upload(api, doubled)  # across ZIPs: still linked once
+    await run_worker()
+    status = await wait_done(api, second)
+    assert (status["linked"], status["skipped_already_exists"]) == (0, 3)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "code"),
+    [
+        (b"%PDF-1.7 not a zip", "application/zip", 422),
+        (b"", "application/zip", 422),
+        (b"PK\x03\x04" + b"\x00" * 200, "application/zip", 422),  # a ZIP signature, no directory
+        (b"hello", "text/plain", 415),
+    ],
+)
+async def test_not_a_zip_is_refused_and_nothing_is_left(
+    api: httpx.AsyncClient, s3_keys: object, body: bytes, content_type: str, code: int
+) -> None:
+    response = await api.post("/v1/batches", content=body, headers={"Content-Type": content_type})
+    assert response.status_code == code
+    assert "ZIP" in response.json()["detail"] or "zip" in response.json()["detail"]
+    assert s3_keys("uploads/") == []  # type: ignore[operator]
+
+
+@pytest.mark.settings(max_upload_bytes=64 * 1024)
+async def test_too_large_upload_is_refused_while_streaming(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, s3_keys: object
+) -> None:
+    _, path = await make_corpus(40, seed=7)
+    data = path.read_bytes()
+    assert len(data) > 64 * 1024
+
+    async def chunks():  # no Content-Length: the limit must hold while streaming
+        for i in range(0, len(data), 8192):
+            yield data[i : i + 8192]
+
+    response = await api.post(
+        "/v1/batches", content=chunks(), headers={"Content-Type": "application/zip"}
+    )
+    assert response.status_code == 413
+    assert s3_keys("uploads/") == []  # type: ignore[operator]
+    declared = await api.post(
+        "/v1/batches", content=data, headers={"Content-Type": "application/zip"}
+    )
+    assert declared.status_code == 413
+
+
+async def test_tokens_and_tenants(api: httpx.AsyncClient, make_corpus: MakeCorpus) -> None:
+    _, path = await make_corpus(2, seed=8, mix=CLEAN)
+    batch_id = await upload(api, path)
+    anonymous = await api.get(f"/v1/batches/{batch_id}", headers={"Authorization": ""})
+    assert anonymous.status_code == 401
+    wrong = await api.get(f"/v1/batches/{batch_id}", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    other_tenant = {"Authorization": "Bearer globex-token"}  # stored only as its sha256
+    assert (await api.get(f"/v1/batches/{batch_id}", headers=other_tenant)).status_code == 404
+    assert (await api.get(f"/v1/batches/{batch_id}/files", headers=other_tenant)).status_code == 404
+    assert (await api.get("/v1/batches/0123456789abcdef")).status_code == 404
+    assert (await api.get("/healthz", headers={"Authorization": ""})).status_code == 200
+
+
+async def test_health_ready_openapi_page_metrics(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/readyz")).json() == {"redis": "ok", "postgresql": "ok", "storage": "ok"}
+    spec = (await api.get("/openapi.json")).json()
+    assert {"/v1/batches", "/v1/batches/{batch_id}", "/v1/batches/{batch_id}/files"} <= set(
+        spec["paths"]
+    )
+    assert "application/zip" in spec["paths"]["/v1/batches"]["post"]["requestBody"]["content"]
+    page = await api.get("/")
+    assert page.status_code == 200
+    assert "<form" in page.text
+    assert (await api.get("/metrics")).status_code == 200
