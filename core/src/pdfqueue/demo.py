@@ -1,0 +1,121 @@
+"""`pdfqueue demo`: generate résumés, run the API and workers, upload, show the result."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+from rich.console import Console
+
+from pdfqueue.db import connect, migrate
+from pdfqueue.samples import build_corpus, seed_users, write_zip
+from pdfqueue.settings import Settings
+from pdfqueue.storage import Storage
+
+console = Console(stderr=True)
+DEMO_TABLE = "demo_users"  # never the host's real users table: the demo truncates it
+STATE = Path(".pdfqueue/demo")
+
+
+def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
+    """Run the whole pipeline once; with `wait`, keep serving until Ctrl-C."""
+    from pdfqueue.cli import follow, print_summary  # the CLI's own progress display
+    from pdfqueue.client import Client
+
+    env = {**os.environ, "PDFQUEUE_USERS_TABLE": DEMO_TABLE}
+    settings = Settings(users_table=DEMO_TABLE)
+    STATE.mkdir(parents=True, exist_ok=True)
+    zip_path = STATE / f"resumes-{files}.zip"
+    asyncio.run(_prepare(settings, files, zip_path, generate=not zip_path.exists()))
+
+    url = f"http://127.0.0.1:{port}"
+    status: dict[str, Any] = {"status": "not started"}
+    children = [_spawn(["api", "--port", str(port)], env, "api")]
+    children += [_spawn(["worker"], env, f"worker-{i + 1}") for i in range(workers)]
+    try:
+        _wait_ready(url, children)
+        client = Client(url, os.environ.get("PDFQUEUE_TOKEN"))
+        console.print(f"uploading {zip_path} ({zip_path.stat().st_size // 1024} KiB)")
+        batch_id = client.upload(zip_path)["batch_id"]
+        started = time.monotonic()
+        status = follow(client, batch_id)
+        elapsed = time.monotonic() - started
+        print_summary(status, as_json=False)
+        rate = status["processed"] / elapsed
+        console.print(
+            f"{status['processed']} PDFs in {elapsed:.1f}s ({rate:.0f}/s)\n"
+            f"page:    {url}/\nstatus:  {url}/v1/batches/{batch_id}\n"
+            f"report:  {url}/v1/batches/{batch_id}/files?format=csv\nlogs:    {STATE}/*.log"
+        )
+        if wait:
+            console.print("[bold]the API and workers keep running; Ctrl-C stops them[/bold]")
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _stop(children)
+    return 0 if status["status"] == "COMPLETED" else 1
+
+
+async def _prepare(settings: Settings, files: int, zip_path: Path, *, generate: bool) -> None:
+    pool = await connect(settings.database_url, max_size=1)
+    async with pool.acquire() as conn:
+        await migrate(conn)
+    await pool.close()
+    storage = Storage.from_settings(settings, threads=1)
+    await storage.ensure_bucket()
+    storage.close()
+    corpus = build_corpus(files, seed=42)
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        await seed_users(conn, corpus.users, table=DEMO_TABLE)
+    finally:
+        await conn.close()
+    if generate:
+        console.print(f"generating {files} résumés into {zip_path}")
+        await asyncio.to_thread(write_zip, corpus, zip_path, seed=42)
+    expected = ", ".join(f"{k} {v}" for k, v in corpus.counts().items())
+    console.print(f"{len(corpus.users)} users in table {DEMO_TABLE}; expected: {expected}")
+
+
+def _spawn(args: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+    log = (STATE / f"{name}.log").open("wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "pdfqueue.cli", *args], env=env, stdout=log, stderr=log
+    )
+
+
+def _wait_ready(url: str, children: list[subprocess.Popen[bytes]], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(c.poll() is not None for c in children):
+            msg = f"a demo process exited early; see {STATE}/*.log"
+            raise SystemExit(msg)
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    msg = f"the API did not become ready at {url}; see {STATE}/api.log"
+    raise SystemExit(msg)
+
+
+def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    for child in children:
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    console.print("stopped the API and workers")
