@@ -13,6 +13,8 @@ from arq.constants import job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
 from redis.asyncio import Redis
 
+from pdfqueue.tracing import producer_span
+
 JOB_EXPIRES_MS = 7 * 24 * 3600 * 1000
 """A job not started within this long is dropped by arq; a week outlasts any idle cluster."""
 
@@ -39,13 +41,22 @@ class Job:
 
 
 async def enqueue(redis: Redis, queue_name: str, jobs: Sequence[Job]) -> int:
-    """Add `jobs` to the queue in one round trip; returns how many were new."""
+    """Add `jobs` to the queue in one round trip; returns how many were new.
+
+    Inside a PRODUCER span; each job's kwargs gain `trace`, that span's W3C context, which
+    the consumer continues or links to (`pdfqueue.observe.observed_job`).
+    """
+    if not jobs:
+        return 0
     now_ms = int(time.time() * 1000)
     argv: list[Any] = [job_key_prefix, result_key_prefix, JOB_EXPIRES_MS]
-    for job in jobs:
-        payload = serialize_job(job.function, (), job.kwargs, None, now_ms, serializer=serialize)
-        argv += [job.job_id, now_ms + int(job.defer_s * 1000), payload]
-    added: int = await redis.eval(_ENQUEUE, 1, queue_name, *argv)  # type: ignore[misc]
+    first = jobs[0]
+    with producer_span(first.function, queue_name, len(jobs), first.kwargs.get("batch_id")) as tc:
+        for job in jobs:
+            kwargs = {**job.kwargs, "trace": tc} if tc else job.kwargs
+            payload = serialize_job(job.function, (), kwargs, None, now_ms, serializer=serialize)
+            argv += [job.job_id, now_ms + int(job.defer_s * 1000), payload]
+        added: int = await redis.eval(_ENQUEUE, 1, queue_name, *argv)  # type: ignore[misc]
     return added
 
 

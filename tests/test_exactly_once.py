@@ -1,0 +1,158 @@
+"""Once-only guarantees: idempotent enqueue, duplicate delivery, TTL expiry, cancel, fail fast."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from arq.constants import job_key_prefix
+from helpers import MakeCorpus, RunWorker, upload
+from redis.asyncio import Redis
+
+from pdfqueue import keys
+from pdfqueue.models import Outcome
+from pdfqueue.queue import Job, enqueue
+from pdfqueue.samples import CLEAN
+from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState, Recorded, utcnow
+
+
+async def status(api: httpx.AsyncClient, batch_id: str) -> dict[str, Any]:
+    response = await api.get(f"/v1/batches/{batch_id}")
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+async def test_enqueue_is_idempotent_by_job_id(redis: Redis, settings: Settings) -> None:
+    tag = settings.queue_name  # unique per test
+    jobs = [Job(f"{tag}:{i}", "process", {"i": i}) for i in range(3)]
+    assert await enqueue(redis, settings.queue_name, jobs) == 3
+    assert await enqueue(redis, settings.queue_name, [*jobs, Job(f"{tag}:3", "process", {})]) == 1
+    assert await redis.zcard(settings.queue_name) == 4
+    payload = await redis.get(job_key_prefix + f"{tag}:1")
+    assert payload.startswith(b"{")  # JSON, never pickle
+
+
+async def test_outcome_is_counted_once(redis: Redis, settings: Settings) -> None:
+    state = BatchState(redis, 60)
+    batch = f"once-{settings.queue_name}"
+    await state.create(batch, "t", utcnow())
+    assert await state.start(batch, 2, 0) == "PROCESSING"
+    assert (await state.record(batch, 0, Outcome.LINKED))[0] is Recorded.COUNTED
+    assert (await state.record(batch, 0, Outcome.FAILED))[0] is Recorded.DUPLICATE
+    code, final = await state.record(batch, 1, Outcome.SKIPPED_NO_MATCH)
+    assert (code, final) == (Recorded.COMPLETED_BATCH, "COMPLETED")
+    summary, _ = await state.read(batch)  # type: ignore[misc]
+    assert (summary.processed, summary.linked, summary.failed, summary.skipped_no_match) == (
+        2,
+        1,
+        0,
+        1,
+    )
+    assert (await state.record("gone", 0, Outcome.LINKED))[0] is Recorded.MISSING
+
+
+async def test_second_delivery_of_every_job_changes_nothing(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    redis: Redis,
+    settings: Settings,
+    db: asyncpg.Connection,
+) -> None:
+    _, path = await make_corpus(20, seed=21)
+    batch_id = await upload(api, path)
+    await run_worker()
+    before = await status(api, batch_id)
+    links = await db.fetch(f'SELECT id, pdf_url FROM "{settings.users_table}" ORDER BY id')
+
+    # Deliver every job again, as a crashed worker's leftovers or a duplicate enqueue would.
+    await redis.delete(*[k async for k in redis.scan_iter("arq:result:*" + batch_id + "*")])
+    replays = [
+        Job(
+            keys.ingest_job(batch_id),
+            "ingest",
+            {"batch_id": batch_id, "source": f"uploads/{batch_id}.zip"},
+        )
+    ]
+    assert await enqueue(redis, settings.queue_name, replays) == 1
+    await run_worker()
+    assert await status(api, batch_id) == before
+    assert await db.fetch(f'SELECT id, pdf_url FROM "{settings.users_table}" ORDER BY id') == links
+    rows = await db.fetchval("SELECT count(*) FROM pdfqueue_files WHERE batch_id = $1", batch_id)
+    assert rows == 21  # 20 PDFs + notes.txt, each once
+
+
+@pytest.mark.settings(batch_ttl_s=60)
+async def test_batch_that_outlives_its_live_state_still_completes(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, redis: Redis
+) -> None:
+    corpus, path = await make_corpus(30, seed=22)
+    batch_id = await upload(api, path)
+    await run_worker(max_burst_jobs=11)  # ingest and some PDFs
+    midway = await status(api, batch_id)
+    assert 0 < midway["processed"] < 30
+    await redis.delete(keys.batch(batch_id), keys.outcomes(batch_id))  # the TTL ran out
+    durable = await status(api, batch_id)  # served from PostgreSQL now
+    assert durable["processed"] == midway["processed"]
+    await run_worker()
+    final = await status(api, batch_id)
+    assert final["status"] == "COMPLETED"
+    assert {k: final[k] for k in corpus.counts()} == corpus.counts()
+    assert final["processed"] == 30
+
+
+async def test_cancel_drops_pending_work(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    redis: Redis,
+    settings: Settings,
+) -> None:
+    _, path = await make_corpus(25, seed=23, mix=CLEAN)
+    batch_id = await upload(api, path)
+    await run_worker(max_burst_jobs=1)  # ingest only: 25 process jobs are queued
+    assert await redis.zcard(settings.queue_name) == 25
+    response = await api.delete(f"/v1/batches/{batch_id}")
+    assert response.status_code == 200
+    assert response.json()["status"] == "CANCELLED"
+    assert await redis.zcard(settings.queue_name) == 0
+    await run_worker()
+    final = await status(api, batch_id)
+    assert (final["status"], final["processed"], final["linked"]) == ("CANCELLED", 0, 0)
+    assert (await api.delete(f"/v1/batches/{batch_id}")).json()["status"] == "CANCELLED"
+
+
+async def test_api_fails_fast_when_redis_is_down(
+    settings: Settings, make_corpus: MakeCorpus, s3_keys: Any, db: asyncpg.Connection
+) -> None:
+    from pdfqueue_api.app import create_app
+
+    down = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    _, path = await make_corpus(3, seed=24)
+    app = create_app(down)
+    since = await db.fetchval("SELECT now()")
+    async with app.router.lifespan_context(app):
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://t",
+            headers={"Authorization": "Bearer secret-token"},
+        )
+        started = time.monotonic()
+        response = await client.post(
+            "/v1/batches", content=path.read_bytes(), headers={"Content-Type": "application/zip"}
+        )
+        assert time.monotonic() - started < 2.5  # a bound on hanging, not a performance claim
+        assert response.status_code == 503
+        assert "redis" in response.json()["detail"]
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["redis"].startswith("error")
+        await client.aclose()
+    assert s3_keys("uploads/") == []
+    created = "SELECT count(*) FROM pdfqueue_batches WHERE created_at >= $1"
+    assert await db.fetchval(created, since) == 0

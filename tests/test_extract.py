@@ -1,0 +1,115 @@
+"""Extraction in killable processes: hostile PDFs fail one file with a reason, never the worker."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from pdfqueue.samples import Expect, build_corpus, render_pdf
+from pdfqueue_worker.emails import find_emails
+from pdfqueue_worker.extract import Extractor, Unreadable
+
+
+@pytest.fixture(scope="module")
+async def extractor() -> AsyncIterator[Extractor]:
+    ex = Extractor(
+        processes=2, timeout_s=10, max_pages=50, memory_bytes=512 * 1024**2, tasks_per_process=50
+    )
+    yield ex
+    ex.close()
+
+
+def pdf_with_stream(content: bytes, *, pages: int = 1) -> bytes:
+    """A minimal valid PDF whose page content is `content` (Flate-compressed)."""
+    stream = zlib.compress(content, 9)
+    objs = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids ["
+        + b" ".join(b"%d 0 R" % (4 + i) for i in range(pages))
+        + b"] /Count %d >>" % pages,
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    content_id = 4 + pages
+    objs += [
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
+        b" /Contents %d 0 R >>" % content_id
+        for _ in range(pages)
+    ]
+    objs.append(
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream"
+    )
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objs, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    return bytes(out)
+
+
+async def test_known_resume_yields_the_users_email(extractor: Extractor) -> None:
+    corpus = build_corpus(30, seed=11)
+    for f in corpus.files:
+        if f.expect is Expect.LINKED:
+            found = await extractor.extract(render_pdf(f, seed=11))
+            assert f.email in found.emails
+            assert found.has_text
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"), [("encrypted", "encrypted"), ("corrupt", "unreadable")]
+)
+async def test_bad_pdfs_fail_with_a_reason(extractor: Extractor, kind: str, reason: str) -> None:
+    f = next(f for f in build_corpus(200, seed=12).files if f.kind == kind)
+    with pytest.raises(Unreadable) as caught:
+        await extractor.extract(render_pdf(f, seed=12))
+    assert caught.value.reason == reason
+
+
+async def test_decompression_bomb_is_stopped(extractor: Extractor) -> None:
+    bomb = pdf_with_stream(b"BT /F1 12 Tf 72 720 Td (x) Tj ET\n" + b" " * 300_000_000)
+    assert len(bomb) < 1_000_000
+    with pytest.raises(Unreadable) as caught:
+        await extractor.extract(bomb)
+    assert caught.value.reason in {"too_large", "unreadable"}
+    ok = await extractor.extract(pdf_with_stream(b"BT /F1 12 Tf 72 720 Td (a@b.io) Tj ET"))
+    assert ok.emails == ["a@b.io"]  # the pool survived
+
+
+async def test_parser_over_its_time_limit_is_killed() -> None:
+    slow = Extractor(
+        processes=1, timeout_s=0.5, max_pages=20_000, memory_bytes=1024**3, tasks_per_process=5
+    )
+    try:
+        text = b"".join(
+            b"BT /F1 9 Tf 20 %d Td (line %d a-b@c.io filler text) Tj ET\n" % (i % 700, i)
+            for i in range(200)
+        )
+        heavy = pdf_with_stream(text, pages=10_000)  # 10,000 pages sharing one content stream
+        with pytest.raises(Unreadable) as caught:
+            await slow.extract(heavy)
+        assert caught.value.reason == "timeout"
+        ok = await slow.extract(pdf_with_stream(b"BT /F1 12 Tf 72 720 Td (z@y.io) Tj ET"))
+        assert ok.emails == ["z@y.io"]  # a fresh process replaced the killed one
+    finally:
+        slow.close()
+
+
+async def test_no_text_and_not_a_pdf(extractor: Extractor) -> None:
+    blank = await extractor.extract(pdf_with_stream(b"0 0 m 100 100 l S"))
+    assert (blank.emails, blank.has_text) == ([], False)
+    with pytest.raises(Unreadable):
+        await extractor.extract(b"%PDF-1.4 garbage")
+
+
+def test_emails_in_reading_order_normalized() -> None:
+    # Full-width look-alikes on purpose: NFKC must fold them.
+    text = "Ref: HR@FormerCorp.example, then Ｊａｎｅ＠Ｅｘａｍｐｌｅ．ｃｏｍ and hr@formercorp.example."  # noqa: RUF001
+    assert find_emails(text) == ["hr@formercorp.example", "jane@example.com"]
+    assert find_emails("no address here, just @ signs and a@b") == []
+    assert find_emails("x.y+tag@sub.domain.co.uk;") == ["x.y+tag@sub.domain.co.uk"]
