@@ -48,3 +48,13 @@ def test_import_layers() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 kept, 0 broken" in result.stdout
+
+
+def test_readme_documents_every_setting() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    missing = [
+        f"PDFQUEUE_{name.upper()}"
+        for name, field in Settings.model_fields.items()
+        if field.validation_alias is None and f"`PDFQUEUE_{name.upper()}`" not in readme
+    ]
+    assert missing == []
