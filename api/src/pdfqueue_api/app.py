@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
+from pdfqueue import metrics
 from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
     ArchiveTooLarge,
@@ -26,12 +27,14 @@ from pdfqueue.errors import (
     PdfQueueError,
     ServiceUnavailable,
 )
+from pdfqueue.gauges import QueueGauges
 from pdfqueue.models import BatchSummary, FileResult
 from pdfqueue.queue import check_durability
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue_api.auth import require_tenant
+from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
 from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S, BatchService
 from pdfqueue_api.upload import ZIP_TYPES, FormFileReader, UnsupportedMediaType
 
@@ -72,9 +75,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             Database(pool, settings.users_table),
             storage,
         )
+        gauges = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
+        gauges.start()
         try:
             yield
         finally:
+            await gauges.stop()
             storage.close()
             await pool.close()
             await redis.aclose()
@@ -84,9 +90,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Bulk PDF-to-user linking: upload a ZIP, follow the batch, read the report.",
         lifespan=lifespan,
+        telemetry=FASTAPI_TELEMETRY,
     )
     _add_error_handlers(app)
     _add_routes(app)
+    metrics.register("api")
+    app.add_middleware(TelemetryMiddleware)
     return app
 
 

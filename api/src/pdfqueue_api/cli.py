@@ -16,9 +16,14 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from pdfqueue.settings import Settings
     from pdfqueue.telemetry import setup_logging
+    from pdfqueue.tracing import setup_tracing
     from pdfqueue_api.app import create_app
 
     setup_logging()
-    uvicorn.run(create_app(), host=args.host, port=args.port, log_config=None, access_log=False)
+    settings = Settings()
+    setup_tracing("pdfqueue-api", export=settings.export_traces)
+    app = create_app(settings)
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
     return 0

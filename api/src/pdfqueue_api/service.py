@@ -13,7 +13,7 @@ from asyncpg import InterfaceError, PostgresError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from pdfqueue import keys
+from pdfqueue import keys, metrics, tracing
 from pdfqueue.batches import register_batch
 from pdfqueue.db import Database
 from pdfqueue.errors import BatchNotFound, ServiceUnavailable
@@ -50,6 +50,7 @@ class BatchService:
         """Store the ZIP, create the batch, enqueue `ingest`; undo it all on any failure."""
         await self.ping()
         batch_id = uuid.uuid4().hex
+        tracing.annotate(batch_id=batch_id)
         key = upload_key(batch_id)
         await store_upload(
             self.storage,
@@ -112,6 +113,7 @@ class BatchService:
             return summary
         await self.state.set_status(batch_id, BatchStatus.CANCELLED)
         await self.db.finish_batch(batch_id, BatchStatus.CANCELLED)
+        metrics.batch_entered(BatchStatus.CANCELLED)
         pending = [keys.ingest_job(batch_id)]
         async for member, _ in self.redis.zscan_iter(
             self.settings.queue_name, match=f"process:{batch_id}:*", count=1000

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from pdfqueue import keys
+from pdfqueue import keys, metrics
 from pdfqueue.db import Database
-from pdfqueue.models import TERMINAL, BatchSummary
+from pdfqueue.models import TERMINAL, BatchStatus, BatchSummary
 from pdfqueue.queue import Job, enqueue
 from pdfqueue.state import BatchState
 
@@ -29,7 +29,9 @@ async def register_batch(
     summary = await db.create_batch(batch_id, tenant, source_key)
     if summary.status in TERMINAL:
         return summary
-    await state.create(batch_id, tenant, summary.created_at)
+    created = await state.create(batch_id, tenant, summary.created_at)
     job = Job(keys.ingest_job(batch_id), "ingest", {"batch_id": batch_id, "source": source_key})
     await enqueue(redis, queue_name, [job])
+    if created:
+        metrics.batch_entered(BatchStatus.PENDING)
     return summary

@@ -6,7 +6,7 @@ import re
 from functools import cached_property
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
@@ -89,6 +89,23 @@ class Settings(BaseSettings):
     enqueue_chunk: int = 500
     """Process jobs written to Redis per round trip by ingest."""
 
+    # --- observability ------------------------------------------------------------------------
+    metrics_port: int = 9100
+    """Port of this process's own `/metrics` (worker, operator); 0 turns it off. The API
+    serves `/metrics` on its HTTP port instead. Each process has its own endpoint: run several
+    workers on one host with different ports."""
+    metrics_interval_s: float = 5.0
+    """How often the queue-depth and Redis-memory gauges are refreshed."""
+    otel_traces_exporter: str | None = Field(default=None, validation_alias="OTEL_TRACES_EXPORTER")
+    """Standard OTel variable: `otlp` turns trace export on, `none` keeps it off."""
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+        ),
+    )
+    """Standard OTel variable: setting an endpoint turns trace export on."""
+
     @field_validator("api_tokens", mode="before")
     @classmethod
     def _parse_tokens(cls, value: object) -> object:
@@ -118,6 +135,13 @@ class Settings(BaseSettings):
             msg = "PDFQUEUE_UPLOAD_PART_BYTES must be at least 5 MiB (the S3 multipart minimum)"
             raise ValueError(msg)
         return value
+
+    @property
+    def export_traces(self) -> bool:
+        """Export spans over OTLP/HTTP? Off unless an OTLP endpoint or exporter is configured."""
+        if self.otel_traces_exporter:
+            return "otlp" in {e.strip().lower() for e in self.otel_traces_exporter.split(",")}
+        return bool(self.otel_exporter_otlp_endpoint)
 
     @cached_property
     def in_progress_timeout_s(self) -> float:

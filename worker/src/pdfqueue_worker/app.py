@@ -9,7 +9,9 @@ from typing import Any
 from arq import Worker, func
 from arq.connections import RedisSettings
 
+from pdfqueue import metrics
 from pdfqueue.db import Database, connect
+from pdfqueue.gauges import QueueGauges
 from pdfqueue.queue import check_durability, deserialize, serialize
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
@@ -47,9 +49,16 @@ async def startup(ctx: dict[str, Any]) -> None:
             tasks_per_process=settings.extract_tasks_per_process,
         ),
     )
+    metrics.register("worker")
+    metrics.WORKER_MAX_JOBS.set(settings.worker_max_jobs)
+    ctx["gauges"] = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
+    ctx["gauges"].start()
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
+    gauges: QueueGauges | None = ctx.get("gauges")
+    if gauges is not None:
+        await gauges.stop()
     deps: Deps | None = ctx.get("deps")
     if deps is None:
         return

@@ -17,12 +17,17 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pdfqueue import metrics
+    from pdfqueue.tracing import setup_tracing
     from pdfqueue_worker.app import build_worker
 
     setup_logging()
     settings = Settings()
     if args.concurrency:
         settings = settings.model_copy(update={"worker_max_jobs": args.concurrency})
+    setup_tracing("pdfqueue-worker", export=settings.export_traces)
+    metrics.register("worker")
+    metrics.serve(settings.metrics_port)
     worker = build_worker(settings, burst=args.burst)
     worker.run()
     return 0

@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from pdfqueue import metrics
 from pdfqueue.models import BatchStatus, FileRef, Outcome
+from pdfqueue.observe import stage
 from pdfqueue.state import Recorded
+from pdfqueue.tracing import annotate
 from pdfqueue_worker.deps import Deps
 
 log = logging.getLogger(__name__)
@@ -39,13 +42,18 @@ async def record(deps: Deps, ref: FileRef, decision: Decision) -> Outcome:
         outcome, _ = await deps.db.record_file(
             ref, outcome, decision.reason, user_id=decision.user_id, sha256=decision.sha256
         )
-    code, status = await deps.state.record(ref.batch_id, ref.index, outcome)
-    if code is Recorded.MISSING:
-        await restore(deps, ref.batch_id)
+    with stage("record"):
         code, status = await deps.state.record(ref.batch_id, ref.index, outcome)
+        if code is Recorded.MISSING:
+            await restore(deps, ref.batch_id)
+            code, status = await deps.state.record(ref.batch_id, ref.index, outcome)
+    annotate(outcome=outcome.value, reason=decision.reason)
+    if code in (Recorded.COUNTED, Recorded.COMPLETED_BATCH):
+        metrics.document_counted(outcome, decision.reason)
     if status == BatchStatus.COMPLETED.value:
         await deps.db.finish_batch(ref.batch_id, BatchStatus.COMPLETED)
         if code is Recorded.COMPLETED_BATCH:
+            metrics.batch_entered(BatchStatus.COMPLETED)
             log.info("batch completed", extra={"batch_id": ref.batch_id})
     return outcome
 

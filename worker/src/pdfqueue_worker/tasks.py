@@ -13,9 +13,10 @@ from typing import Any
 from arq import Retry
 from arq.constants import retry_key_prefix
 
-from pdfqueue import keys
+from pdfqueue import keys, metrics
 from pdfqueue.errors import PermanentError, transient_reason
 from pdfqueue.models import TERMINAL, BatchStatus, FileRef, Outcome
+from pdfqueue.observe import observed_job, stage
 from pdfqueue.queue import Job, enqueue_chunked
 from pdfqueue_worker.archive import Member, MemberRejected, list_members, read_member
 from pdfqueue_worker.deps import Deps
@@ -68,6 +69,7 @@ async def _last_error(deps: Deps, ctx: dict[str, Any]) -> str:
     return raw.decode() if isinstance(raw, bytes) else (raw or "worker_lost")
 
 
+@observed_job("ingest", link=False)
 @keeps_try_on_shutdown
 async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
     """List the ZIP, record what fails at once, and fan out one `process` job per PDF."""
@@ -78,6 +80,7 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
         error = f"ingest gave up: {await _last_error(deps, ctx)}"
         await deps.state.set_status(batch_id, BatchStatus.FAILED, error)
         await deps.db.finish_batch(batch_id, BatchStatus.FAILED, error)
+        metrics.batch_entered(BatchStatus.FAILED)
     except Exception as exc:
         raise await _retry_later(deps, ctx, exc) from exc
     return error
@@ -92,6 +95,7 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
         log.warning("archive rejected: %s", exc, extra={"batch_id": batch_id})
         await deps.state.set_status(batch_id, BatchStatus.FAILED, str(exc))
         await deps.db.finish_batch(batch_id, BatchStatus.FAILED, str(exc))
+        metrics.batch_entered(BatchStatus.FAILED)
         return f"rejected: {exc}"
 
     await deps.db.record_ignored(batch_id, listing.ignored)
@@ -100,8 +104,11 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
     if status is None:
         await restore(deps, batch_id)
         status = await deps.state.start(batch_id, listing.total_files, len(listing.ignored))
-    if status is BatchStatus.COMPLETED:
+    if status is BatchStatus.COMPLETED:  # nothing to process: an empty archive
         await deps.db.finish_batch(batch_id, BatchStatus.COMPLETED)
+        metrics.batch_entered(BatchStatus.COMPLETED)
+    else:
+        metrics.batch_entered(BatchStatus.PROCESSING)
     for index, name, why in listing.rejected:
         await record(deps, FileRef(batch_id, index, name), failed(why.reason))
     jobs = (
@@ -126,6 +133,7 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
     return f"{len(listing.pdfs)} PDFs"
 
 
+@observed_job("process", link=True)
 @keeps_try_on_shutdown
 async def process(
     ctx: dict[str, Any], *, batch_id: str, source: str, member: dict[str, Any]
@@ -155,17 +163,22 @@ async def process(
 async def _process(deps: Deps, ref: FileRef, source: str, m: Member) -> Decision:
     """Read, parse and match one PDF; the claim is the only write besides the recording."""
     try:
-        data = await deps.storage.run(read_member, deps.storage.backend, source, m)
+        with stage("read"):
+            data = await deps.storage.run(read_member, deps.storage.backend, source, m)
         if b"%PDF-" not in data[:PDF_MAGIC_WINDOW]:
             return failed("not_a_pdf")
-        found = await deps.extractor.extract(data)
+        with stage("extract") as span:
+            found = await deps.extractor.extract(data)
+            span.set_attribute("pdfqueue.pages", found.pages)
+            span.set_attribute("pdfqueue.email_candidates", len(found.emails))  # a count only
     except (MemberRejected, Unreadable) as exc:
         return failed(exc.reason)
     if not found.emails:
         return failed("no_text") if not found.has_text else Decision(NO_MATCH, "no_email")
 
-    users = await deps.db.users_by_email(found.emails)
-    user = next((users[e] for e in found.emails if e in users), None)
+    with stage("match"):
+        users = await deps.db.users_by_email(found.emails)
+        user = next((users[e] for e in found.emails if e in users), None)
     if user is None:
         return Decision(NO_MATCH, "no_user")
     sha256 = hashlib.sha256(data).hexdigest()
@@ -174,9 +187,11 @@ async def _process(deps: Deps, ref: FileRef, source: str, m: Member) -> Decision
         reason = "duplicate" if user.pdf_url == key else "already_linked"
         return Decision(Outcome.SKIPPED_ALREADY_EXISTS, reason, user.id, sha256)
 
-    await deps.storage.put(key, data)
-    outcome, reason = await deps.db.claim(ref, user_id=user.id, object_key=key, sha256=sha256)
-    if reason == "already_linked":
-        # Another link won the race; nobody else can claim this user now, so the copy is ours.
-        await deps.storage.delete(key)
+    with stage("store"):
+        await deps.storage.put(key, data)
+    with stage("claim"):
+        outcome, reason = await deps.db.claim(ref, user_id=user.id, object_key=key, sha256=sha256)
+        if reason == "already_linked":
+            # Another link won the race; nobody else can claim this user now: the copy is ours.
+            await deps.storage.delete(key)
     return Decision(outcome, reason, user.id, sha256, stored=True)

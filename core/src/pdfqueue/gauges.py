@@ -1,0 +1,84 @@
+"""Queue-depth and Redis gauges, refreshed by a background task of the API and each worker.
+
+Why a task and not a custom Collector that reads Redis at scrape time: prometheus-client calls
+collectors on its HTTP thread, which would need a second, synchronous Redis client per
+process, and a slow or dead Redis would then make every scrape slow or fail. The task reuses
+the process's async client, costs two round trips per tick, and a scrape only reads numbers;
+the price is that the gauges are up to one interval old.
+
+The API and every worker publish the same queue gauges, so dashboards and alerts take `max`
+over them; the API keeps them alive when the workers are scaled to zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+
+from pdfqueue import metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class QueueGauges:
+    redis: Redis
+    queue_name: str
+    interval_s: float = 5.0
+    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _failing: bool = field(default=False, init=False, repr=False)
+
+    async def poll(self) -> None:
+        """Read the queue and Redis memory once and set the gauges."""
+        now_ms = int(time.time() * 1000)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcount(self.queue_name, "-inf", now_ms)
+            pipe.zcount(self.queue_name, f"({now_ms}", "+inf")
+            pipe.zrangebyscore(self.queue_name, "-inf", now_ms, start=0, num=1, withscores=True)
+            ready, deferred, oldest = await pipe.execute()
+        metrics.QUEUE_READY.labels(self.queue_name).set(ready)
+        metrics.QUEUE_DEFERRED.labels(self.queue_name).set(deferred)
+        age_s = (now_ms - oldest[0][1]) / 1000 if oldest else 0.0
+        metrics.QUEUE_OLDEST_AGE.labels(self.queue_name).set(max(age_s, 0.0))
+        try:
+            memory = await self.redis.info("memory")
+        except Exception as exc:  # INFO can be disabled on managed Redis; the queue still counts
+            log.debug("redis INFO memory refused: %r", exc)
+        else:
+            metrics.REDIS_USED_MEMORY.set(memory.get("used_memory", 0))
+            metrics.REDIS_MAXMEMORY.set(memory.get("maxmemory", 0))
+
+    async def run(self) -> None:
+        """Poll forever; each tick also stamps the heartbeat and measures event-loop lag."""
+        expected = time.monotonic()
+        while True:
+            metrics.EVENT_LOOP_LAG.set(max(time.monotonic() - expected, 0.0))
+            metrics.HEARTBEAT.set(time.time())
+            try:
+                await asyncio.wait_for(self.poll(), timeout=max(self.interval_s, 1.0))
+            except Exception as exc:  # Redis down: say so once, keep ticking
+                metrics.REDIS_UP.set(0)
+                if not self._failing:
+                    log.warning("queue metrics: redis not reachable: %r", exc)
+                self._failing = True
+            else:
+                metrics.REDIS_UP.set(1)
+                self._failing = False
+            expected = time.monotonic() + self.interval_s
+            await asyncio.sleep(self.interval_s)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name="pdfqueue-queue-gauges")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
