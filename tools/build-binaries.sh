@@ -172,7 +172,7 @@ build_kube() {
     local out; out="$(mktemp -d "$CACHE/src/.kubeout.XXXXXX")"
     local pkgs=()
     for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-    log "building ${missing[*]} $ver in one go build (slow: ~20-40 min cold on 2 cores)"
+    log "building ${missing[*]} $ver in one go build (slow: ~8-10 min cold on 2 cores)"
     (cd "$dir" && go build -p "$JOBS" -ldflags "$ld" -o "$out/" "${pkgs[@]}")
     for c in "${missing[@]}"; do place "$c" "$ver" "$out/$c"; done
     rm -rf "$out"
