@@ -13,11 +13,11 @@ from asyncpg import InterfaceError, PostgresError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from pdfqueue import keys, metrics, tracing
-from pdfqueue.batches import register_batch
+from pdfqueue import keys, tracing
+from pdfqueue.batches import cancel_batch, register_batch
 from pdfqueue.db import Database
 from pdfqueue.errors import BatchNotFound, ServiceUnavailable
-from pdfqueue.models import TERMINAL, BatchStatus, BatchSummary, FileResult
+from pdfqueue.models import TERMINAL, BatchSummary, FileResult
 from pdfqueue.queue import remove
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
@@ -111,15 +111,9 @@ class BatchService:
         summary = await self.get(tenant, batch_id)
         if summary.status in TERMINAL:
             return summary
-        await self.state.set_status(batch_id, BatchStatus.CANCELLED)
-        await self.db.finish_batch(batch_id, BatchStatus.CANCELLED)
-        metrics.batch_entered(BatchStatus.CANCELLED)
-        pending = [keys.ingest_job(batch_id)]
-        async for member, _ in self.redis.zscan_iter(
-            self.settings.queue_name, match=f"process:{batch_id}:*", count=1000
-        ):
-            pending.append(member.decode() if isinstance(member, bytes) else member)
-        dropped = await remove(self.redis, self.settings.queue_name, pending)
+        dropped = await cancel_batch(
+            self.db, self.state, self.redis, self.settings.queue_name, batch_id
+        )
         log.info("batch cancelled, %d pending jobs dropped", dropped, extra={"batch_id": batch_id})
         return await self.get(tenant, batch_id)
 

@@ -1,4 +1,4 @@
-"""Registering a batch whose ZIP is already stored: shared by the API and the operator."""
+"""Registering, reading and cancelling batches: shared by the API and the operator."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from redis.asyncio import Redis
 from pdfqueue import keys, metrics
 from pdfqueue.db import Database
 from pdfqueue.models import TERMINAL, BatchStatus, BatchSummary
-from pdfqueue.queue import Job, enqueue
+from pdfqueue.queue import Job, enqueue, remove
 from pdfqueue.state import BatchState
 
 
@@ -35,3 +35,29 @@ async def register_batch(
     if created:
         metrics.batch_entered(BatchStatus.PENDING)
     return summary
+
+
+async def read_batch(db: Database, state: BatchState, batch_id: str) -> BatchSummary | None:
+    """The live summary, or the durable one once the live state has expired; None if unknown."""
+    live = await state.read(batch_id)
+    if live is not None:
+        return live[0]
+    durable = await db.batch(batch_id)
+    return durable[0] if durable is not None else None
+
+
+async def cancel_batch(
+    db: Database, state: BatchState, redis: Redis, queue_name: str, batch_id: str
+) -> int:
+    """Mark the batch CANCELLED and drop its queued jobs; returns how many were dropped.
+
+    Running jobs finish and are counted (`process` checks the status before it starts). The
+    caller decides whether the batch may still be cancelled, i.e. is not terminal yet.
+    """
+    await state.set_status(batch_id, BatchStatus.CANCELLED)
+    await db.finish_batch(batch_id, BatchStatus.CANCELLED)
+    metrics.batch_entered(BatchStatus.CANCELLED)
+    pending = [keys.ingest_job(batch_id)]
+    async for member, _ in redis.zscan_iter(queue_name, match=f"process:{batch_id}:*", count=1000):
+        pending.append(member.decode() if isinstance(member, bytes) else member)
+    return await remove(redis, queue_name, pending)
