@@ -6,6 +6,8 @@
 #   tools/services.sh start DIR [--no-s3]   start (idempotent) and wait until answering
 #   tools/services.sh stop DIR              stop what was started for DIR
 #   tools/services.sh env DIR               print `export` lines for the app/tests
+#   tools/services.sh prometheus            install Debian's prometheus + promtool (service
+#                                           never started); print the prometheus binary path
 #
 # Ports (env overrides): PDFQUEUE_REDIS_PORT=16379 PDFQUEUE_PG_PORT=15432
 # PDFQUEUE_S3_PORT=17070.  Wait timeout per service: PDFQUEUE_SERVICES_TIMEOUT=60 (s).
@@ -27,7 +29,7 @@ die() { echo "services: ERROR: $*" >&2; exit 1; }
 say() { echo "services: $*" >&2; }
 
 usage() {
-  echo "usage: $0 start DIR [--no-s3] | stop DIR | env DIR" >&2
+  echo "usage: $0 start DIR [--no-s3] | stop DIR | env DIR | prometheus" >&2
   exit 2
 }
 
@@ -273,7 +275,18 @@ EOF
 }
 
 # ---------------------------------------------------------------------------
+# Prometheus for tests/test_prometheus.py: the test runs its own server on a loopback port
+# with a temporary config, so the package's system service must never start (apt_install's
+# policy-rc.d sees to that).
+prometheus_install() {
+  command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 ||
+    apt_install prometheus
+  command -v prometheus
+}
+
+# ---------------------------------------------------------------------------
 cmd="${1:-}"; [ $# -gt 0 ] && shift || usage
+if [ "$cmd" = prometheus ]; then prometheus_install; exit 0; fi
 DIR=""; WITH_S3=1
 for a in "$@"; do
   case "$a" in

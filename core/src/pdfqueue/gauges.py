@@ -73,6 +73,7 @@ class QueueGauges:
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
+        metrics.register("queue")
         if self._task is None:
             self._task = asyncio.create_task(self.run(), name="pdfqueue-queue-gauges")
 

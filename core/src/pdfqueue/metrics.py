@@ -36,7 +36,7 @@ RETRY_REASONS = (
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
 _SIZE_BUCKETS = tuple(float(4**n * 1024) for n in range(12))  # 1 KiB .. 4 GiB
 
-# --- every process ---------------------------------------------------------------------------
+# --- processes running the queue poller (pdfqueue.gauges) -------------------------------------
 HEARTBEAT = Gauge(
     "pdfqueue_heartbeat_timestamp_seconds",
     "Unix time of the last tick of this process's event loop (stale means the loop is stuck).",
@@ -74,6 +74,8 @@ REDIS_USED_MEMORY = Gauge(
 REDIS_MAXMEMORY = Gauge(
     "pdfqueue_redis_maxmemory_bytes", "Redis INFO maxmemory (0 means no limit).", registry=None
 )
+
+# --- every process ---------------------------------------------------------------------------
 BATCHES = Counter(
     "pdfqueue_batches",
     "Batches that entered a status (PENDING when created).",
@@ -151,18 +153,20 @@ OPERATOR_SCALING_DECISIONS = Counter(
     registry=None,
 )
 
-_COMMON: tuple[Collector, ...] = (
-    HEARTBEAT,
-    EVENT_LOOP_LAG,
-    REDIS_UP,
-    QUEUE_READY,
-    QUEUE_DEFERRED,
-    QUEUE_OLDEST_AGE,
-    REDIS_USED_MEMORY,
-    REDIS_MAXMEMORY,
-    BATCHES,
-)
+_COMMON: tuple[Collector, ...] = (BATCHES,)
 _GROUPS: dict[str, tuple[Collector, ...]] = {
+    # Only where a pdfqueue.gauges.QueueGauges task runs: a heartbeat nobody stamps would
+    # read as a stuck process.
+    "queue": (
+        HEARTBEAT,
+        EVENT_LOOP_LAG,
+        REDIS_UP,
+        QUEUE_READY,
+        QUEUE_DEFERRED,
+        QUEUE_OLDEST_AGE,
+        REDIS_USED_MEMORY,
+        REDIS_MAXMEMORY,
+    ),
     "api": (HTTP_DURATION, HTTP_REQUEST_SIZE),
     "worker": (DOCUMENTS, STAGE_DURATION, JOB_DURATION, JOBS_IN_PROGRESS, RETRIES, WORKER_MAX_JOBS),
     "operator": (OPERATOR_DESIRED_REPLICAS, OPERATOR_REPLICAS, OPERATOR_SCALING_DECISIONS),
@@ -190,7 +194,8 @@ _initialize()
 
 
 def register(*components: str) -> None:
-    """Export the common metrics and those of `components` ("api", "worker", "operator").
+    """Export the common metrics and those of `components` ("api", "worker", "operator",
+    "queue" for a process running `pdfqueue.gauges.QueueGauges`).
 
     Idempotent: tests run the API and workers in one process.
     """

@@ -1,0 +1,315 @@
+"""Dashboards and alert rules proven against a real Prometheus scraping a real API and worker.
+
+Prometheus (Debian's package, installed by `tools/services.sh prometheus`) runs on a loopback
+port with a temporary config, scraping the API and a worker started as the commands users
+run, and a stand-in for the operator that exports core's operator metrics (the operator
+serves them itself once it exists). After one batch, every dashboard expression must return
+series, and every alert rule must load, evaluate without error, and find series for each
+metric it names (an alert's full expression is rightly empty while nothing is wrong).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from helpers import MakeCorpus
+
+from pdfqueue.settings import Settings
+from pdfqueue.storage import Storage
+
+ROOT = Path(__file__).parents[1]
+DASHBOARDS = ROOT / "charts/pdfqueue/dashboards"
+RULES = ROOT / "charts/pdfqueue/alerts/pdfqueue.rules.yaml"
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "$__range": "5m",
+    "$namespace": ".*",  # "All": matches series without the label too (no Kubernetes here)
+}
+OPERATOR_STAND_IN = """
+import sys, time
+from pdfqueue import metrics
+metrics.register("operator")
+metrics.operator_observed(desired=2, ready=1)
+metrics.operator_scaled(1, 2)
+metrics.serve(int(sys.argv[1]), addr="127.0.0.1")
+while True:
+    time.sleep(1)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The test's settings as the PDFQUEUE_* variables a separate process reads."""
+    env = dict(os.environ)
+    for name, field in Settings.model_fields.items():
+        value = getattr(settings, name)
+        if field.validation_alias is not None or value is None:
+            continue
+        if name == "api_tokens":
+            value = ",".join(f"{tenant}:{token}" for token, tenant in value.items())
+        env[f"PDFQUEUE_{name.upper()}"] = str(value)
+    env.update(extra)
+    return env
+
+
+def expressions(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(where, PromQL) for every panel target, annotation and query variable."""
+    panels = list(dashboard["panels"])
+    while panels:
+        panel = panels.pop(0)
+        panels += panel.get("panels", [])
+        for target in panel.get("targets", []):
+            yield f"panel {panel['title']!r} {target['refId']}", target["expr"]
+    for annotation in dashboard["annotations"]["list"]:
+        if "expr" in annotation:
+            yield f"annotation {annotation['name']!r}", annotation["expr"]
+    for variable in dashboard["templating"]["list"]:
+        query = variable.get("query")
+        if isinstance(query, dict):
+            found = re.fullmatch(r"label_values\((.+),\s*\w+\)", query["query"])
+            assert found, query
+            yield f"variable {variable['name']!r}", found.group(1)
+
+
+def substitute(expr: str) -> str:
+    for name, value in sorted(GRAFANA_VARIABLES.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(name, value)
+    assert "$" not in expr, f"unknown Grafana variable in {expr}"
+    return expr
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.http = httpx.Client(base_url=url, timeout=10)
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        body = self.http.get("/api/v1/query", params={"query": expr}).json()
+        assert body["status"] == "success", f"{expr}: {body.get('error')}"
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def wait_for(self, expr: str, ok: Any, timeout_s: float = 60) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = self.query(expr)
+            if ok(result):
+                return result
+            assert time.monotonic() < deadline, f"timed out waiting for {expr}: {result}"
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def prometheus_bin() -> Path:
+    if not (shutil.which("prometheus") and shutil.which("promtool")):
+        subprocess.run(["bash", str(ROOT / "tools/services.sh"), "prometheus"], check=True)
+    found = shutil.which("prometheus")
+    assert found, "prometheus not installed (tools/services.sh prometheus)"
+    return Path(found)
+
+
+class Processes:
+    """Started processes, stopped (SIGTERM, then SIGKILL) at the end of the test."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.running: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        with (self.logs / f"{name}.log").open("wb") as log:  # the child keeps its own copy
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.running.append((name, proc))
+
+    def check_alive(self) -> None:
+        for name, proc in self.running:
+            if proc.poll() is not None:
+                log = (self.logs / f"{name}.log").read_text()[-3000:]
+                pytest.fail(f"{name} exited with {proc.returncode}:\n{log}")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.running):
+            proc.terminate()
+        for _, proc in reversed(self.running):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(tmp_path)
+    yield procs
+    procs.stop()
+
+
+def wait_http(url: str, procs: Processes, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        procs.check_alive()
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{url} did not answer"
+        time.sleep(0.2)
+
+
+def test_promtool_accepts_the_rules(prometheus_bin: Path) -> None:
+    promtool = prometheus_bin.with_name("promtool")
+    result = subprocess.run(
+        [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rules = sum(len(g["rules"]) for g in yaml.safe_load(RULES.read_text())["groups"])
+    assert f"SUCCESS: {rules} rules found" in result.stdout
+
+
+def test_dashboards_are_well_formed() -> None:
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        board = json.loads(path.read_text())
+        ids = [p["id"] for p in board["panels"]]
+        assert len(ids) == len(set(ids)), path
+        assert board["uid"].startswith("pdfqueue-")
+        assert {v["name"] for v in board["templating"]["list"]} == {"datasource", "namespace"}
+        for where, expr in expressions(board):
+            # Grafana's `All` must filter nothing, and no expression may name a batch.
+            assert "batch_id" not in expr, (path.name, where)
+            if "pdfqueue_" in expr and where.startswith("panel"):
+                assert 'namespace=~"$namespace"' in expr, (path.name, where)
+
+
+async def test_every_dashboard_and_alert_expression_against_real_prometheus(
+    prometheus_bin: Path,
+    processes: Processes,
+    settings: Settings,
+    storage: Storage,
+    make_corpus: MakeCorpus,
+    tmp_path: Path,
+) -> None:
+    pdfqueue = Path(sys.executable).with_name("pdfqueue")  # `uv run pdfqueue`, without a sync
+    api_port, worker_port, operator_port, prom_port = (free_port() for _ in range(4))
+    env = settings_env(settings, PDFQUEUE_METRICS_INTERVAL_S="1")
+    processes.start("api", [str(pdfqueue), "api", "--port", str(api_port)], env)
+    processes.start(
+        "worker", [str(pdfqueue), "worker"], {**env, "PDFQUEUE_METRICS_PORT": str(worker_port)}
+    )
+    processes.start("operator", [sys.executable, "-c", OPERATOR_STAND_IN, str(operator_port)])
+    targets = {"pdfqueue-api": api_port, "pdfqueue-worker": worker_port}
+    targets["pdfqueue-operator"] = operator_port
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(RULES)],
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+            for job, port in targets.items()
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    processes.start(
+        "prometheus",
+        [
+            str(prometheus_bin),
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+            "--log.level=warn",
+        ],
+    )
+    wait_http(f"http://127.0.0.1:{api_port}/healthz", processes)
+    wait_http(f"http://127.0.0.1:{worker_port}/metrics", processes)
+    wait_http(f"http://127.0.0.1:{prom_port}/-/ready", processes)
+    prom = Prometheus(f"http://127.0.0.1:{prom_port}")
+    try:
+        await run_batch_and_check(prom, processes, make_corpus, api_port, len(targets))
+    finally:
+        prom.http.close()
+
+
+async def run_batch_and_check(
+    prom: Prometheus, processes: Processes, make_corpus: MakeCorpus, api_port: int, up: int
+) -> None:
+    prom.wait_for("sum(up)", lambda r: r and float(r[0]["value"][1]) == up)
+
+    # One batch through the real processes.
+    corpus, path = await make_corpus(24, seed=21)
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{api_port}",
+        headers={"Authorization": "Bearer secret-token"},
+        timeout=30,
+    ) as client:
+        created = await client.post(
+            "/v1/batches", content=path.read_bytes(), headers={"Content-Type": "application/zip"}
+        )
+        assert created.status_code == 202, created.text
+        batch_id = created.json()["batch_id"]
+        deadline = time.monotonic() + 90
+        while (status := (await client.get(f"/v1/batches/{batch_id}")).json())[
+            "status"
+        ] != "COMPLETED":
+            processes.check_alive()
+            assert time.monotonic() < deadline, status
+            await asyncio.sleep(0.2)
+    prom.wait_for(
+        "sum(pdfqueue_documents_total)",
+        lambda r: r and float(r[0]["value"][1]) == len(corpus.files),
+    )
+    await asyncio.sleep(3)  # a few more scrapes, so rates see the batch end
+
+    # Every dashboard expression returns series.
+    evaluated, empty = 0, []
+    for board in sorted(DASHBOARDS.glob("*.json")):
+        for where, expr in expressions(json.loads(board.read_text())):
+            evaluated += 1
+            if not prom.query(substitute(expr)):
+                empty.append(f"{board.name} {where}: {expr}")
+    assert not empty, "expressions without series:\n" + "\n".join(empty)
+    assert evaluated >= 40
+
+    # Every alert rule loaded and evaluates cleanly; every metric it names has series.
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    loaded = prom.wait_for(
+        "vector(1)",  # any query: the condition below polls the rules API
+        lambda _: all(
+            r["health"] == "ok"
+            for g in prom.http.get("/api/v1/rules").json()["data"]["groups"]
+            for r in g["rules"]
+        ),
+    )
+    assert loaded
+    loaded_rules = [
+        r for g in prom.http.get("/api/v1/rules").json()["data"]["groups"] for r in g["rules"]
+    ]
+    assert sorted(r["name"] for r in loaded_rules) == sorted(r["alert"] for r in rules)
+    missing = []
+    for rule in rules:
+        prom.query(rule["expr"])  # raises on any evaluation error
+        for metric in set(re.findall(r"\bpdfqueue_[a-z_]+\b", rule["expr"])):
+            if not prom.query(f"count({metric})"):
+                missing.append(f"{rule['alert']}: {metric}")
+    assert not missing, "alert rules name metrics without series:\n" + "\n".join(missing)
+    # A healthy run raises no alert, not even a pending one.
+    assert [r["name"] for r in loaded_rules if r["state"] != "inactive"] == []
