@@ -34,6 +34,7 @@ from pdfqueue.storage import Storage
 ROOT = Path(__file__).parents[1]
 DASHBOARDS = ROOT / "charts/pdfqueue/dashboards"
 RULES = ROOT / "charts/pdfqueue/alerts/pdfqueue.rules.yaml"
+RULE_TESTS = ROOT / "tests/prometheus/rules.test.yaml"
 GRAFANA_VARIABLES = {
     "$__rate_interval": "1m",
     "$__interval": "15s",
@@ -185,6 +186,15 @@ def test_promtool_accepts_the_rules(prometheus_bin: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     rules = sum(len(g["rules"]) for g in yaml.safe_load(RULES.read_text())["groups"])
     assert f"SUCCESS: {rules} rules found" in result.stdout
+
+
+def test_alerts_fire_when_they_should(prometheus_bin: Path) -> None:
+    """promtool's rule unit tests: synthetic series in, the expected alerts (or none) out."""
+    promtool = prometheus_bin.with_name("promtool")
+    result = subprocess.run(
+        [promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_dashboards_are_well_formed() -> None:
