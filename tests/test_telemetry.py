@@ -5,7 +5,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import httpx
@@ -213,3 +218,63 @@ def test_errors_are_recorded_without_addresses(spans: InMemorySpanExporter) -> N
     assert "lovelace" not in span_text(finished)
     assert "<email>" in span_text(finished)
     assert redact("mail x.y+z@sub.example.org, then") == "mail <email>, then"
+
+
+EXPORT_ONE_SPAN = """
+from pdfqueue.settings import Settings
+from pdfqueue.tracing import TRACER, setup_tracing
+provider = setup_tracing("pdfqueue-test", export=Settings().export_traces)
+TRACER.start_span("one").end()
+provider.shutdown()  # flushes the batch processor
+"""
+
+
+@pytest.mark.parametrize(
+    ("variables", "exported"),
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, True),
+        (
+            {
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "{url}/v1/traces",
+            },
+            True,
+        ),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}", "OTEL_TRACES_EXPORTER": "none"}, False),
+    ],
+)
+def test_otlp_export_follows_the_standard_variables(
+    variables: dict[str, str], exported: bool
+) -> None:
+    received: list[str] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            received.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({k: v.format(url=url) for k, v in variables.items()})
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", EXPORT_ONE_SPAN],
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0, result.stderr
+    assert received == (["/v1/traces"] if exported else [])
