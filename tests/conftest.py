@@ -68,7 +68,7 @@ def settings(services: dict[str, str], migrated: None, request: pytest.FixtureRe
         "worker_poll_delay_s": 0.01,
         "extract_processes": 2,
         "job_timeout_s": 20,
-        "job_completion_wait_s": 25,
+        "job_completion_wait_s": 30,
         "retry_base_delay_s": 0.05,
         "retry_max_delay_s": 0.2,
         # acme's token is stored in clear, globex's only as its hash

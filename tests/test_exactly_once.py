@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -156,3 +157,47 @@ async def test_api_fails_fast_when_redis_is_down(
     assert s3_keys("uploads/") == []
     created = "SELECT count(*) FROM pdfqueue_batches WHERE created_at >= $1"
     assert await db.fetchval(created, since) == 0
+
+
+async def test_two_workers_racing_on_the_same_pdf_link_it_once(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    redis: Redis,
+    settings: Settings,
+    db: asyncpg.Connection,
+) -> None:
+    """Both deliveries of one job run at once (a stalled worker and its replacement)."""
+    from arq.constants import job_key_prefix as jobs
+
+    from pdfqueue.queue import deserialize
+    from pdfqueue_worker.app import shutdown, startup
+    from pdfqueue_worker.tasks import process
+
+    _, path = await make_corpus(6, seed=25, mix=CLEAN)
+    batch_id = await upload(api, path)
+    await run_worker(max_burst_jobs=1)  # ingest only
+    job_ids = sorted(m.decode() for m in await redis.zrange(settings.queue_name, 0, -1))
+    payloads = [deserialize(await redis.get(jobs + j)) for j in job_ids]
+
+    ctx_a: dict[str, Any] = {"settings": settings, "redis": redis}
+    ctx_b: dict[str, Any] = {"settings": settings, "redis": redis}
+    await startup(ctx_a)
+    await startup(ctx_b)
+    try:
+        for job_id, payload in zip(job_ids, payloads, strict=True):
+            race = [
+                process({**ctx, "job_id": job_id, "job_try": 1}, **payload["k"])
+                for ctx in (ctx_a, ctx_b)
+            ]
+            first, second = await asyncio.gather(*race)
+            assert first == second == "linked"  # both report the one outcome that counts
+    finally:
+        await shutdown(ctx_a)
+        await shutdown(ctx_b)
+    final = await status(api, batch_id)
+    assert (final["status"], final["processed"], final["linked"]) == ("COMPLETED", 6, 6)
+    links = await db.fetch(
+        f'SELECT pdf_url FROM "{settings.users_table}" WHERE pdf_url LIKE $1', "pdfs/%"
+    )
+    assert len(links) == 6

@@ -39,6 +39,9 @@ def test_bad_settings_say_what_is_wrong(field: str, value: str, message: str) ->
 def test_shutdown_rule_is_enforced() -> None:
     with pytest.raises(ValueError, match="must exceed"):
         Settings(job_timeout_s=30, job_completion_wait_s=20).check_shutdown_rule()
+    with pytest.raises(ValueError, match="must exceed"):  # arq's limit is the timeout + 5 s
+        Settings(job_timeout_s=20, job_completion_wait_s=24).check_shutdown_rule()
+    Settings(job_timeout_s=20, job_completion_wait_s=26).check_shutdown_rule()
 
 
 def test_import_layers() -> None:

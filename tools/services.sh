@@ -5,6 +5,7 @@
 # Usage:
 #   tools/services.sh start DIR [--no-s3]   start (idempotent) and wait until answering
 #   tools/services.sh stop DIR              stop what was started for DIR
+#   ... start|stop DIR --only redis|postgres|s3   just that one (fault-injection tests)
 #   tools/services.sh env DIR               print `export` lines for the app/tests
 #   tools/services.sh prometheus            install Debian's prometheus + promtool (service
 #                                           never started); print the prometheus binary path
@@ -287,30 +288,34 @@ prometheus_install() {
 # ---------------------------------------------------------------------------
 cmd="${1:-}"; [ $# -gt 0 ] && shift || usage
 if [ "$cmd" = prometheus ]; then prometheus_install; exit 0; fi
-DIR=""; WITH_S3=1
-for a in "$@"; do
-  case "$a" in
+DIR=""; WITH_S3=1; ONLY=""
+while [ $# -gt 0 ]; do
+  case "$1" in
     --no-s3) WITH_S3=0 ;;
+    --only) shift; ONLY="${1:-}"; case "$ONLY" in redis|postgres|s3) ;; *) usage ;; esac ;;
     -*) usage ;;
-    *) [ -z "$DIR" ] || usage; DIR="$a" ;;
+    *) [ -z "$DIR" ] || usage; DIR="$1" ;;
   esac
+  shift
 done
+# wants NAME: is this service part of the command (all of them unless --only names one)?
+wants() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
 [ -n "$DIR" ] || usage
 
 case "$cmd" in
   start)
     mkdir -p "$DIR"
     DIR="$(cd "$DIR" && pwd)"
-    redis_start
-    pg_start
-    if [ "$WITH_S3" = 1 ]; then s3_start; fi
+    if wants redis; then redis_start; fi
+    if wants postgres; then pg_start; fi
+    if [ "$WITH_S3" = 1 ] && wants s3; then s3_start; fi
     ;;
   stop)
     [ -d "$DIR" ] || { say "$DIR does not exist; nothing to stop"; exit 0; }
     DIR="$(cd "$DIR" && pwd)"
-    s3_stop
-    pg_stop
-    redis_stop
+    if wants s3; then s3_stop; fi
+    if wants postgres; then pg_stop; fi
+    if wants redis; then redis_stop; fi
     ;;
   env) print_env ;;
   *) usage ;;

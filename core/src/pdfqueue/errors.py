@@ -60,17 +60,22 @@ class ObjectNotFound(PermanentError):
         self.key = key
 
 
+_REASONS: tuple[tuple[tuple[str, ...], tuple[type[BaseException], ...], str], ...] = (
+    # (modules the exception comes from, exception types, reason)
+    (("botocore", "boto3"), (StorageError,), "storage_unavailable"),
+    (("asyncpg",), (), "database_unavailable"),
+    (("redis",), (), "redis_unavailable"),
+    ((), (TimeoutError,), "timeout"),
+    ((), (OSError,), "network_error"),
+)
+
+
 def transient_reason(exc: BaseException) -> str:
     """A short, bounded reason for an error worth retrying (for reports and metric labels)."""
-    module = type(exc).__module__
-    if isinstance(exc, StorageError) or module.startswith(("botocore", "boto3")):
-        return "storage_unavailable"
-    if module.startswith("asyncpg"):
-        return "database_unavailable"
-    if module.startswith("redis"):
-        return "redis_unavailable"
     if isinstance(exc, ServiceUnavailable):
         return f"{exc.service}_unavailable"
-    if isinstance(exc, TimeoutError | OSError):
-        return "network_error"
+    module = type(exc).__module__
+    for modules, types, reason in _REASONS:
+        if module.startswith(modules) or isinstance(exc, types):
+            return reason
     return "internal_error"

@@ -9,6 +9,8 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+ARQ_TIMEOUT_MARGIN_S = 5.0
+"""Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
 
@@ -77,13 +79,17 @@ class Settings(BaseSettings):
     extract_tasks_per_process: int = 500
     """Recycle a parsing process after this many PDFs to bound slow leaks."""
     job_timeout_s: float = 20.0
-    """arq's hard limit per job; a SIGKILLed worker's job runs again after this plus 10 s."""
-    job_completion_wait_s: int = 25
-    """On SIGTERM, how long running jobs may finish. Must exceed job_timeout_s."""
-    max_tries: int = 5
-    """Tries of one PDF before a transient error becomes its final outcome."""
-    retry_base_delay_s: float = 0.5
-    """First retry delay; doubles each try, with full jitter."""
+    """Deadline of one job; past it the job is retried (never lost). arq's own hard limit is
+    this plus `ARQ_TIMEOUT_MARGIN_S`, and a SIGKILLed worker's job runs again after that
+    plus 10 s."""
+    job_completion_wait_s: int = 30
+    """On SIGTERM, how long running jobs may finish. Must exceed arq's hard limit
+    (job_timeout_s + 5); a pod's terminationGracePeriodSeconds must exceed this."""
+    max_tries: int = 8
+    """Tries of one PDF before a transient error becomes its final outcome. With the default
+    delays the tries span at least ~45 s, so a database failover or S3 blip fails nothing."""
+    retry_base_delay_s: float = 1.0
+    """First retry delay; doubles each try up to retry_max_delay_s, half of it jittered."""
     retry_max_delay_s: float = 30.0
     """Ceiling of the retry delay."""
     enqueue_chunk: int = 500
@@ -144,15 +150,20 @@ class Settings(BaseSettings):
         return bool(self.otel_exporter_otlp_endpoint)
 
     @cached_property
+    def arq_timeout_s(self) -> float:
+        """arq's hard limit per job: a backstop that a job's own deadline should never reach."""
+        return self.job_timeout_s + ARQ_TIMEOUT_MARGIN_S
+
+    @cached_property
     def in_progress_timeout_s(self) -> float:
         """How long arq waits before re-running a job whose worker vanished."""
-        return self.job_timeout_s + 10
+        return self.arq_timeout_s + 10
 
     def check_shutdown_rule(self) -> None:
         """Refuse a completion wait that would cut running jobs off (grace > wait > timeout)."""
-        if self.job_completion_wait_s <= self.job_timeout_s:
+        if self.job_completion_wait_s <= self.arq_timeout_s:
             msg = (
                 f"PDFQUEUE_JOB_COMPLETION_WAIT_S ({self.job_completion_wait_s}) must exceed "
-                f"PDFQUEUE_JOB_TIMEOUT_S ({self.job_timeout_s})"
+                f"PDFQUEUE_JOB_TIMEOUT_S + {ARQ_TIMEOUT_MARGIN_S:g} ({self.arq_timeout_s:g})"
             )
             raise ValueError(msg)

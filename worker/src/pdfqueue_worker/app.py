@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from arq import Worker, func
 from arq.connections import RedisSettings
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pdfqueue import metrics
 from pdfqueue.db import Database, connect
@@ -75,13 +79,13 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
             func(
                 ingest,
                 name="ingest",
-                timeout=settings.job_timeout_s,
+                timeout=settings.arq_timeout_s,
                 max_tries=settings.max_tries + SPARE_TRIES,
             ),
             func(
                 process,
                 name="process",
-                timeout=settings.job_timeout_s,
+                timeout=settings.arq_timeout_s,
                 max_tries=settings.max_tries + SPARE_TRIES,
             ),
         ],
@@ -90,7 +94,7 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
         "queue_name": settings.queue_name,
         "max_jobs": settings.worker_max_jobs,
         "poll_delay": settings.worker_poll_delay_s,
-        "job_timeout": settings.job_timeout_s,
+        "job_timeout": settings.arq_timeout_s,
         "job_completion_wait": settings.job_completion_wait_s,
         "keep_result": settings.batch_ttl_s,
         "job_serializer": serialize,
@@ -102,3 +106,25 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
     }
     options.update(overrides)
     return Worker(**options)
+
+
+def supervise(make_worker: Callable[[], Worker], max_delay_s: float = 30.0) -> int:
+    """Run arq workers until one ends normally; a lost Redis means wait and reconnect.
+
+    arq's worker dies when Redis goes away. Producers should fail fast, but a worker should
+    ride out a Redis restart: release what this worker holds (the extraction pool, the
+    database pool), back off, and start a fresh worker. With AOF on, no job is lost; jobs
+    that were running run again once their in-progress keys expire.
+    """
+    delay = 1.0
+    while True:
+        worker = make_worker()
+        try:
+            worker.run()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            log.error("lost Redis (%r); reconnecting in %.0fs", exc, delay)
+            worker.loop.run_until_complete(shutdown(worker.ctx))
+            time.sleep(delay)
+            delay = min(delay * 2, max_delay_s)
+        else:
+            return 0

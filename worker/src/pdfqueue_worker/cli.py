@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pdfqueue import metrics
     from pdfqueue.tracing import setup_tracing
-    from pdfqueue_worker.app import build_worker
+    from pdfqueue_worker.app import build_worker, supervise
 
     setup_logging()
     settings = Settings()
@@ -28,6 +28,4 @@ def run(args: argparse.Namespace) -> int:
     setup_tracing("pdfqueue-worker", export=settings.export_traces)
     metrics.register("worker")
     metrics.serve(settings.metrics_port)
-    worker = build_worker(settings, burst=args.burst)
-    worker.run()
-    return 0
+    return supervise(lambda: build_worker(settings, burst=args.burst))

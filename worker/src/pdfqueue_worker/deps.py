@@ -35,7 +35,11 @@ class Deps:
         )
 
     def backoff_s(self, job_try: int) -> float:
-        """Exponential backoff with full jitter, so retries of a busy batch spread out."""
+        """Exponential backoff with "equal jitter": spread out, yet never near zero.
+
+        Full jitter could retry almost at once and burn every try inside a short outage;
+        half of each delay is fixed, so the tries always span at least half the schedule.
+        """
         s = self.settings
         ceiling = min(s.retry_max_delay_s, s.retry_base_delay_s * 2 ** (job_try - 1))
-        return random.uniform(s.retry_base_delay_s / 2, ceiling)  # noqa: S311 (not crypto)
+        return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 (not crypto)

@@ -75,12 +75,13 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
     """List the ZIP, record what fails at once, and fan out one `process` job per PDF."""
     deps: Deps = ctx["deps"]
     try:
-        if ctx["job_try"] <= deps.settings.max_tries:
-            return await _ingest(deps, batch_id, source)
-        error = f"ingest gave up: {await _last_error(deps, ctx)}"
-        await deps.state.set_status(batch_id, BatchStatus.FAILED, error)
-        await deps.db.finish_batch(batch_id, BatchStatus.FAILED, error)
-        metrics.batch_entered(BatchStatus.FAILED)
+        async with asyncio.timeout(deps.settings.job_timeout_s):  # see `process`
+            if ctx["job_try"] <= deps.settings.max_tries:
+                return await _ingest(deps, batch_id, source)
+            error = f"ingest gave up: {await _last_error(deps, ctx)}"
+            await deps.state.set_status(batch_id, BatchStatus.FAILED, error)
+            await deps.db.finish_batch(batch_id, BatchStatus.FAILED, error)
+            metrics.batch_entered(BatchStatus.FAILED)
     except Exception as exc:
         raise await _retry_later(deps, ctx, exc) from exc
     return error
@@ -143,18 +144,22 @@ async def process(
     Tries 1..max_tries do the work; any error but bad input retries with backoff. Past
     max_tries (arq allows a few more) a try only records `failed` with the last error, so
     the batch always finishes even when a PDF keeps killing its worker.
+
+    The job's own deadline (job_timeout_s) turns an overloaded or stuck try into a retry:
+    arq's hard timeout, a few seconds later, would end the job with no outcome at all.
     """
     deps: Deps = ctx["deps"]
     m = Member(**member)
     try:
-        if await deps.state.status(batch_id) is BatchStatus.CANCELLED:
-            return "cancelled"
-        ref = FileRef(batch_id, m.index, m.name)
-        if ctx["job_try"] <= deps.settings.max_tries:
-            decision = await _process(deps, ref, source, m)
-        else:
-            decision = failed(await _last_error(deps, ctx))
-        outcome = await record(deps, ref, decision)
+        async with asyncio.timeout(deps.settings.job_timeout_s):
+            if await deps.state.status(batch_id) is BatchStatus.CANCELLED:
+                return "cancelled"
+            ref = FileRef(batch_id, m.index, m.name)
+            if ctx["job_try"] <= deps.settings.max_tries:
+                decision = await _process(deps, ref, source, m)
+            else:
+                decision = failed(await _last_error(deps, ctx))
+            outcome = await record(deps, ref, decision)
     except Exception as exc:
         raise await _retry_later(deps, ctx, exc) from exc
     return outcome.value

@@ -1,0 +1,247 @@
+"""The fault-injection harness: private services, real worker processes, invariant checks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from pdfqueue.batches import register_batch
+from pdfqueue.db import Database, connect
+from pdfqueue.models import COUNTERS
+from pdfqueue.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
+from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState
+from pdfqueue.storage import Storage
+
+ROOT = Path(__file__).parents[1]
+SERVICES = ROOT / "tools" / "services.sh"
+PORT_VARS = ("PDFQUEUE_REDIS_PORT", "PDFQUEUE_PG_PORT", "PDFQUEUE_S3_PORT")
+# Short timeouts make a SIGKILLed worker's jobs come back in 20 s (job timeout + 5 + 10 s).
+FAST = {
+    "PDFQUEUE_JOB_TIMEOUT_S": "5",
+    "PDFQUEUE_JOB_COMPLETION_WAIT_S": "11",
+    "PDFQUEUE_EXTRACT_TIMEOUT_S": "4",
+    "PDFQUEUE_EXTRACT_PROCESSES": "1",
+    "PDFQUEUE_WORKER_MAX_JOBS": "8",
+    "PDFQUEUE_WORKER_POLL_DELAY_S": "0.02",
+    "PDFQUEUE_RETRY_BASE_DELAY_S": "0.5",
+    "PDFQUEUE_RETRY_MAX_DELAY_S": "4",
+    "PDFQUEUE_METRICS_PORT": "0",
+}
+
+
+@dataclass(frozen=True)
+class Services:
+    """Private Redis, PostgreSQL and S3 on free ports: stopping them disturbs no other test."""
+
+    state: Path
+    ports: dict[str, str]
+
+    @classmethod
+    def allocate(cls, state: Path) -> Services:
+        socks = [socket.socket() for _ in PORT_VARS]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        ports = {v: str(sock.getsockname()[1]) for v, sock in zip(PORT_VARS, socks, strict=True)}
+        for sock in socks:
+            sock.close()
+        return cls(state, ports)
+
+    def run(self, command: str, *extra: str) -> str:
+        return subprocess.run(
+            ["bash", str(SERVICES), command, str(self.state), *extra],
+            env={**os.environ, **self.ports},
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+
+    def env(self) -> dict[str, str]:
+        lines = self.run("env").splitlines()
+        return dict(line.removeprefix("export ").split("=", 1) for line in lines if "=" in line)
+
+
+@dataclass
+class Run:
+    """One batch under fault: its own queue, users table and storage prefix."""
+
+    env: dict[str, str]
+    corpus: Corpus
+    batch_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: Path = field(default_factory=Path)
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(
+            **{
+                k.removeprefix("PDFQUEUE_").lower(): v
+                for k, v in self.env.items()
+                if k.startswith("PDFQUEUE_") and k not in PORT_VARS
+            }
+        )
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        with (self.logs / f"worker-{len(self.workers)}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "pdfqueue.cli", "worker"],
+                env={**os.environ, **self.env},
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # its own group, like a pod
+            )
+        self.workers.append(proc)
+        return proc
+
+    def kill9(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the worker and its parsing processes at once, as an OOM kill of a pod does."""
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+    async def wait_until(
+        self, what: str, condition: Callable[[dict[str, Any]], bool], timeout_s: float
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        summary: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            summary = await self.summary()
+            if summary and condition(summary):
+                return summary
+            await asyncio.sleep(0.3)
+        msg = f"batch {self.batch_id}: not {what} after {timeout_s}s: {summary}"
+        raise AssertionError(msg)
+
+    async def summary(self) -> dict[str, Any]:
+        conn = await asyncpg.connect(self.env["PDFQUEUE_DATABASE_URL"])
+        try:
+            row = await conn.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", self.batch_id)
+            if row is None:
+                return {}
+            # The row's counters are written when the batch ends; live progress is the files.
+            done = await conn.fetchval(
+                "SELECT count(*) FROM pdfqueue_files WHERE batch_id = $1 AND outcome <> 'ignored'",
+                self.batch_id,
+            )
+            return {**dict(row), "processed": done}
+        finally:
+            await conn.close()
+
+
+async def prepare(env: dict[str, str], n: int, seed: int, logs: Path) -> Run:
+    """Seed users, store the ZIP and register the batch, as the API would."""
+    tag = uuid.uuid4().hex[:10]
+    env = {
+        **env,
+        **FAST,
+        "PDFQUEUE_QUEUE_NAME": f"faults:{tag}",
+        "PDFQUEUE_USERS_TABLE": f"users_{tag}",
+        "PDFQUEUE_STORAGE_URL": f"s3://pdfqueue/f-{tag}",
+    }
+    run = Run(env, build_corpus(n, seed=seed, mix=Mix()), logs=logs)
+    settings = run.settings
+    zip_path = write_zip(run.corpus, logs / f"{tag}.zip", seed=seed)
+    conn = await asyncpg.connect(settings.database_url)
+    await seed_users(conn, run.corpus.users, table=settings.users_table)
+    await conn.close()
+    storage = Storage.from_settings(settings, threads=2)
+    await storage.ensure_bucket()
+    await storage.put(f"uploads/{run.batch_id}.zip", zip_path.read_bytes())
+    storage.close()
+    pool = await connect(settings.database_url, max_size=2)
+    from redis.asyncio import Redis
+
+    redis = Redis.from_url(settings.redis_url)
+    await register_batch(
+        Database(pool, settings.users_table),
+        BatchState(redis, settings.batch_ttl_s),
+        redis,
+        settings.queue_name,
+        batch_id=run.batch_id,
+        tenant="faults",
+        source_key=f"uploads/{run.batch_id}.zip",
+    )
+    await redis.aclose()
+    await pool.close()
+    return run
+
+
+async def check_invariants(run: Run) -> None:
+    """Every file one outcome; Redis equals PostgreSQL; no user linked twice; no stray object."""
+    s = run.settings
+    from redis.asyncio import Redis
+
+    from pdfqueue import keys
+
+    conn = await asyncpg.connect(s.database_url)
+    redis = Redis.from_url(s.redis_url)
+    storage = Storage.from_settings(s, threads=2)
+    try:
+        batch = await conn.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", run.batch_id)
+        assert batch["status"] == "COMPLETED", dict(batch)
+        files = await conn.fetch(
+            "SELECT idx, name, outcome, reason, user_id, object_key FROM pdfqueue_files"
+            " WHERE batch_id = $1 AND outcome <> 'ignored'",
+            run.batch_id,
+        )
+        assert len(files) == len(run.corpus.files) == batch["total_files"] == batch["processed"]
+        by_name = {f["name"]: f for f in files}
+        for f in run.corpus.files:  # nothing transient leaked into an outcome
+            assert by_name[f.name]["outcome"] == f.expect.value, (f, dict(by_name[f.name]))
+        counted = {c: sum(1 for f in files if f["outcome"] == c) for c in COUNTERS}
+        assert {c: batch[c] for c in COUNTERS} == counted == run.corpus.counts()
+        live = await redis.hgetall(keys.batch(run.batch_id))
+        if live:  # Redis equals the per-file table
+            assert {c: int(live[c.encode()]) for c in COUNTERS} == counted
+            assert len(await redis.hgetall(keys.outcomes(run.batch_id))) == len(files)
+        links = await conn.fetch(
+            f'SELECT id, pdf_url FROM "{s.users_table}" WHERE pdf_url IS NOT NULL'
+        )
+        legacy = {u.id for u in run.corpus.users if u.pdf_url}
+        linked_rows = [f for f in files if f["outcome"] == "linked"]
+        assert len({f["user_id"] for f in linked_rows}) == len(linked_rows)  # each user once
+        ours = {r["id"]: r["pdf_url"] for r in links if r["id"] not in legacy}
+        assert ours == {f["user_id"]: f["object_key"] for f in linked_rows}
+        stored = await storage.run(_list_keys, storage, "pdfs/")
+        assert sorted(stored) == sorted(ours.values())  # no object outside the links
+        assert sum(1 for f in run.corpus.files if f.expect is Expect.LINKED) == len(linked_rows)
+    finally:
+        storage.close()
+        await redis.aclose()
+        await conn.close()
+
+
+def _list_keys(storage: Storage, prefix: str) -> list[str]:
+    backend = storage.backend
+    found = backend.client.list_objects_v2(  # type: ignore[attr-defined]
+        Bucket=backend.location.bucket,
+        Prefix=backend.location.prefix + prefix,  # type: ignore[attr-defined]
+    )
+    return [o["Key"].removeprefix(backend.location.prefix) for o in found.get("Contents", [])]  # type: ignore[attr-defined]
+
+
+async def outage(services: Services, service: str, seconds: float) -> None:
+    """Stop one private service for `seconds`, then start it again."""
+    await asyncio.to_thread(services.run, "stop", "--only", service)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        await asyncio.to_thread(services.run, "start", "--only", service)
