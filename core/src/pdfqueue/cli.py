@@ -200,7 +200,8 @@ def print_summary(status: dict[str, Any], *, as_json: bool) -> None:
         "failed",
         "ignored",
     ):
-        table.add_row(field, str(status.get(field)))
+        value = status.get(field)
+        table.add_row(field, "—" if value is None else str(value))  # total unknown until ingest
     if status.get("error"):
         table.add_row("error", str(status["error"]))
     Console().print(table)
