@@ -153,21 +153,10 @@ class Database:
         sha256: str | None = None,
     ) -> tuple[Outcome, str | None]:
         """Store one outcome once; a retry gets back what the first try stored."""
-        row = await self.pool.fetchrow(
-            "WITH ins AS (INSERT INTO pdfqueue_files"
-            " (batch_id, idx, name, outcome, reason, user_id, sha256)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING outcome, reason)"
-            " SELECT outcome, reason FROM ins UNION ALL SELECT outcome, reason FROM pdfqueue_files"
-            " WHERE batch_id = $1 AND idx = $2 AND NOT EXISTS (SELECT 1 FROM ins)",
-            ref.batch_id,
-            ref.index,
-            ref.name,
-            outcome.value,
-            reason,
-            user_id,
-            sha256,
+        stored, _ = await _record_once(
+            self.pool, ref, outcome, reason, user_id=user_id, object_key=None, sha256=sha256
         )
-        return Outcome(row["outcome"]), row["reason"]
+        return stored
 
     async def claim(
         self, ref: FileRef, *, user_id: int, object_key: str, sha256: str
@@ -200,31 +189,15 @@ class Database:
                 reason = "duplicate" if current == object_key else "already_linked"
             # The row goes in first: if a second delivery of this job already wrote one, the
             # insert does nothing and neither does the claim.
-            inserted = await conn.fetchval(
-                "INSERT INTO pdfqueue_files"
-                " (batch_id, idx, name, outcome, reason, user_id, object_key, sha256)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING 1",
-                ref.batch_id,
-                ref.index,
-                ref.name,
-                outcome.value,
-                reason,
-                user_id,
-                object_key if outcome is Outcome.LINKED else None,
-                sha256,
+            key = object_key if outcome is Outcome.LINKED else None
+            stored, inserted = await _record_once(
+                conn, ref, outcome, reason, user_id=user_id, object_key=key, sha256=sha256
             )
-            if inserted is None:
-                first = await conn.fetchrow(
-                    "SELECT outcome, reason FROM pdfqueue_files WHERE batch_id = $1 AND idx = $2",
-                    ref.batch_id,
-                    ref.index,
-                )
-                return Outcome(first["outcome"]), first["reason"]
-            if outcome is Outcome.LINKED:
+            if inserted and outcome is Outcome.LINKED:
                 await conn.execute(
                     f"UPDATE {users} SET pdf_url = $2 WHERE id = $1", user_id, object_key
                 )
-        return outcome, reason
+        return stored
 
     async def files(self, batch_id: str, *, after: int = -1, limit: int = 1000) -> list[FileResult]:
         rows = await self.pool.fetch(
@@ -252,6 +225,41 @@ class Database:
             list(emails),
         )
         return {r["email"]: UserRow(r["id"], r["email"], r["pdf_url"]) for r in rows}
+
+
+_RECORD_ONCE = (
+    "WITH ins AS (INSERT INTO pdfqueue_files"
+    " (batch_id, idx, name, outcome, reason, user_id, object_key, sha256)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"
+    " RETURNING outcome, reason, true AS inserted)"
+    " SELECT * FROM ins UNION ALL SELECT outcome, reason, false FROM pdfqueue_files"
+    " WHERE batch_id = $1 AND idx = $2 AND NOT EXISTS (SELECT 1 FROM ins)"
+)
+
+
+async def _record_once(
+    conn: asyncpg.Pool | asyncpg.Connection,
+    ref: FileRef,
+    outcome: Outcome,
+    reason: str | None,
+    *,
+    user_id: int | None,
+    object_key: str | None,
+    sha256: str | None,
+) -> tuple[tuple[Outcome, str | None], bool]:
+    """Insert the file's row unless one exists; (the stored outcome and reason, inserted?)."""
+    row = await conn.fetchrow(
+        _RECORD_ONCE,
+        ref.batch_id,
+        ref.index,
+        ref.name,
+        outcome.value,
+        reason,
+        user_id,
+        object_key,
+        sha256,
+    )
+    return (Outcome(row["outcome"]), row["reason"]), bool(row["inserted"])
 
 
 _FILE_COLUMNS = ("name", "outcome", "reason", "user_id", "object_key", "sha256")
