@@ -23,6 +23,9 @@ from pdfqueue.storage import Storage
 
 REQUIRED_ENV = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
 
+# The session-wide Kubernetes control plane (fixture `kube_cluster`), shared by every test module.
+pytest_plugins = ["kubefix"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--e2e", action="store_true", help="run e2e tests against a kind cluster")

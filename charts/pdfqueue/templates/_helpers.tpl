@@ -1,0 +1,247 @@
+{{/*
+Names, labels, images and the environment shared by the pdfqueue templates.
+*/}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "pdfqueue.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* <release>-<chart> (or the release name alone when it already contains the chart name), max 63 chars. */}}
+{{- define "pdfqueue.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The name of one component's objects: <fullname>-<component>. Call with (dict "ctx" $ "component" "api"). */}}
+{{- define "pdfqueue.componentName" -}}
+{{- printf "%s-%s" (include "pdfqueue.fullname" .ctx | trunc 50 | trimSuffix "-") .component }}
+{{- end }}
+
+{{/* chart label value: <name>-<version>. */}}
+{{- define "pdfqueue.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels: name, instance, component only (immutable on Deployments/StatefulSets). */}}
+{{- define "pdfqueue.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pdfqueue.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* All labels of a component's objects. Call with (dict "ctx" $ "component" "api"). */}}
+{{- define "pdfqueue.labels" -}}
+helm.sh/chart: {{ include "pdfqueue.chart" .ctx }}
+{{ include "pdfqueue.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: pdfqueue
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* repository:tag (tag defaults to appVersion) or repository@digest. Call with (dict "ctx" $ "image" .Values.api.image). */}}
+{{- define "pdfqueue.image" -}}
+{{- if .image.digest -}}
+{{ .image.repository }}@{{ .image.digest }}
+{{- else -}}
+{{ .image.repository }}:{{ .image.tag | default .ctx.Chart.AppVersion }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount of a component. Call with (dict "ctx" $ "component" "api"). */}}
+{{- define "pdfqueue.serviceAccountName" -}}
+{{- if .ctx.Values.serviceAccount.create }}
+{{- include "pdfqueue.componentName" . }}
+{{- else }}
+{{- default "default" (get .ctx.Values.serviceAccount.names .component) }}
+{{- end }}
+{{- end }}
+
+{{/* imagePullSecrets of a pod spec. */}}
+{{- define "pdfqueue.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A generated secret that survives upgrades: the value already in the cluster if the Secret
+exists, else the given value, else a random one. Call with
+(dict "ctx" $ "secret" NAME "key" KEY "value" GIVEN "length" N).
+*/}}
+{{- define "pdfqueue.secretValue" -}}
+{{- if .value }}
+{{- .value }}
+{{- else }}
+{{- $existing := lookup "v1" "Secret" .ctx.Release.Namespace .secret }}
+{{- if and $existing (hasKey $existing.data .key) }}
+{{- index $existing.data .key | b64dec }}
+{{- else }}
+{{- randAlphaNum (.length | default 32) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* ---- backing services: where they are and which Secret holds their credentials ---- */}}
+
+{{- define "pdfqueue.redis.secretName" -}}
+{{- if .Values.redis.enabled }}
+{{- default (include "pdfqueue.componentName" (dict "ctx" . "component" "redis")) .Values.redis.existingSecret }}
+{{- else }}
+{{- default (include "pdfqueue.componentName" (dict "ctx" . "component" "external")) .Values.externalRedis.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "pdfqueue.postgresql.secretName" -}}
+{{- if .Values.postgresql.enabled }}
+{{- default (include "pdfqueue.componentName" (dict "ctx" . "component" "postgresql")) .Values.postgresql.existingSecret }}
+{{- else }}
+{{- default (include "pdfqueue.componentName" (dict "ctx" . "component" "external")) .Values.externalDatabase.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "pdfqueue.s3.secretName" -}}
+{{- if .Values.s3.enabled }}
+{{- default (include "pdfqueue.componentName" (dict "ctx" . "component" "s3")) .Values.s3.existingSecret }}
+{{- else }}
+{{- default (include "pdfqueue.componentName" (dict "ctx" . "component" "external")) .Values.externalS3.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{/* Does the chart's own <fullname>-external Secret have anything to hold? */}}
+{{- define "pdfqueue.external.needsSecret" -}}
+{{- $v := .Values }}
+{{- if or (and (not $v.redis.enabled) (not $v.externalRedis.existingSecret))
+          (and (not $v.postgresql.enabled) (not $v.externalDatabase.existingSecret))
+          (and (not $v.s3.enabled) (not $v.externalS3.existingSecret) $v.externalS3.accessKeyId) }}
+{{- "true" }}
+{{- end }}
+{{- end }}
+
+{{/* Are there S3 credentials to pass as AWS_* at all? (none: IAM roles for service accounts) */}}
+{{- define "pdfqueue.s3.hasCredentials" -}}
+{{- if or .Values.s3.enabled .Values.externalS3.existingSecret .Values.externalS3.accessKeyId }}
+{{- "true" }}
+{{- end }}
+{{- end }}
+
+{{- define "pdfqueue.s3.accessKeyIdKey" -}}
+{{- if .Values.s3.enabled }}access-key-id{{ else if .Values.externalS3.existingSecret }}{{ .Values.externalS3.accessKeyIdKey }}{{ else }}access-key-id{{ end }}
+{{- end }}
+
+{{- define "pdfqueue.s3.secretAccessKeyKey" -}}
+{{- if .Values.s3.enabled }}secret-access-key{{ else if .Values.externalS3.existingSecret }}{{ .Values.externalS3.secretAccessKeyKey }}{{ else }}secret-access-key{{ end }}
+{{- end }}
+
+{{- define "pdfqueue.s3.endpointUrl" -}}
+{{- if .Values.s3.enabled }}
+{{- printf "http://%s:7070" (include "pdfqueue.componentName" (dict "ctx" . "component" "s3")) }}
+{{- else }}
+{{- .Values.externalS3.endpointUrl }}
+{{- end }}
+{{- end }}
+
+{{- define "pdfqueue.storageUrl" -}}
+{{- $prefix := .Values.storage.prefix | trimPrefix "/" | trimSuffix "/" }}
+{{- if $prefix }}
+{{- printf "s3://%s/%s" .Values.storage.bucket $prefix }}
+{{- else }}
+{{- printf "s3://%s" .Values.storage.bucket }}
+{{- end }}
+{{- end }}
+
+{{/*
+The connection environment of every pdfqueue container: secrets stay in Secrets, and the URLs
+of the bundled services are composed with Kubernetes' $(VAR) expansion so no password is
+copied into a ConfigMap. Bundled passwords must therefore be URL-safe (generated ones are).
+*/}}
+{{- define "pdfqueue.connectionEnv" -}}
+{{- if .Values.redis.enabled }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pdfqueue.redis.secretName" . }}
+      key: {{ .Values.redis.existingSecretKey }}
+- name: PDFQUEUE_REDIS_URL
+  value: "redis://:$(REDIS_PASSWORD)@{{ include "pdfqueue.componentName" (dict "ctx" . "component" "redis") }}:6379/0"
+{{- else }}
+- name: PDFQUEUE_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pdfqueue.redis.secretName" . }}
+      key: {{ .Values.externalRedis.existingSecretKey }}
+{{- end }}
+{{- if .Values.postgresql.enabled }}
+- name: POSTGRES_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pdfqueue.postgresql.secretName" . }}
+      key: {{ .Values.postgresql.existingSecretKey }}
+- name: PDFQUEUE_DATABASE_URL
+  value: "postgresql://{{ .Values.postgresql.username }}:$(POSTGRES_PASSWORD)@{{ include "pdfqueue.componentName" (dict "ctx" . "component" "postgresql") }}:5432/{{ .Values.postgresql.database }}"
+{{- else }}
+- name: PDFQUEUE_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pdfqueue.postgresql.secretName" . }}
+      key: {{ .Values.externalDatabase.existingSecretKey }}
+{{- end }}
+{{- if include "pdfqueue.s3.hasCredentials" . }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pdfqueue.s3.secretName" . }}
+      key: {{ include "pdfqueue.s3.accessKeyIdKey" . }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pdfqueue.s3.secretName" . }}
+      key: {{ include "pdfqueue.s3.secretAccessKeyKey" . }}
+{{- end }}
+{{- range $name, $value := .Values.config.extraEnv }}
+- name: {{ $name }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The shutdown rule, enforced at render time:
+terminationGracePeriodSeconds > jobCompletionWaitSeconds > jobTimeoutSeconds + 5
+(arq's hard limit is the job's own deadline plus 5 s; see pdfqueue.settings.ARQ_TIMEOUT_MARGIN_S).
+Prints the grace period (computed when worker.terminationGracePeriodSeconds is 0).
+*/}}
+{{- define "pdfqueue.worker.terminationGracePeriodSeconds" -}}
+{{- $w := .Values.worker }}
+{{- $timeout := addf (float64 $w.jobTimeoutSeconds) 5.0 }}
+{{- $wait := float64 $w.jobCompletionWaitSeconds }}
+{{- if le $wait $timeout }}
+{{- fail (printf "worker.jobCompletionWaitSeconds (%v) must exceed worker.jobTimeoutSeconds + 5 (%v): arq would cut running jobs off at SIGTERM" $w.jobCompletionWaitSeconds $timeout) }}
+{{- end }}
+{{- $grace := int $w.terminationGracePeriodSeconds }}
+{{- if eq $grace 0 }}
+{{- $grace = add (int (ceil $wait)) (int $w.shutdownMarginSeconds) }}
+{{- end }}
+{{- if le (float64 $grace) $wait }}
+{{- fail (printf "worker.terminationGracePeriodSeconds (%v) must exceed worker.jobCompletionWaitSeconds (%v): the kubelet would SIGKILL workers still finishing jobs" $grace $w.jobCompletionWaitSeconds) }}
+{{- end }}
+{{- $grace }}
+{{- end }}
+
+{{/* The Service (in this release) that the API's readiness and `helm test` talk to. */}}
+{{- define "pdfqueue.api.url" -}}
+{{- printf "http://%s:%v" (include "pdfqueue.componentName" (dict "ctx" . "component" "api")) .Values.api.service.port }}
+{{- end }}

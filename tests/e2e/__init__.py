@@ -1,0 +1,1 @@
+"""End-to-end scenario and its cluster drivers (kind for `--e2e`, local processes for CI)."""
