@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): pdfqueue against the seed peer on the same services; `make bench`."""

@@ -1,0 +1,98 @@
+"""Inputs for the bench: clean résumé corpora (cached ZIPs), the users table, a big random ZIP."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import zipfile
+from pathlib import Path
+
+import asyncpg
+
+from pdfqueue.samples import CLEAN, Corpus, build_corpus, render_pdf, seed_users, write_zip
+
+CACHE = Path(os.environ.get("PDFQUEUE_BENCH_CACHE", "/tmp/pdfqueue-bench"))
+USERS_TABLE = "users"
+"""The seed peer's SQL says `users`; both systems get a table of that name in the bench's own
+schema (pdfqueue as `schema.users`, the peer through its search_path), never `public.users`,
+which other people's runs on a shared database may be using."""
+WARMUP_SEED = 7
+
+
+def corpus(n: int, seed: int) -> tuple[Corpus, Path]:
+    """A CLEAN corpus (every PDF names a known user once) and its ZIP, generated once."""
+    planned = build_corpus(n, seed=seed, mix=CLEAN)
+    path = CACHE / f"clean-{n}-seed{seed}.zip"
+    if not path.exists():
+        started = time.monotonic()
+        tmp = path.with_suffix(".tmp")
+        write_zip(planned, tmp, seed=seed, junk=False)
+        tmp.replace(path)
+        print(f"  generated {path} ({n} PDFs) in {time.monotonic() - started:.1f}s")
+    return planned, path
+
+
+async def reseed(database_url: str, schema: str, planned: Corpus) -> None:
+    """Truncate and refill `schema`.users, so every run links every PDF again."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        await conn.execute(f'SET search_path TO "{schema}"')
+        await seed_users(conn, planned.users, table=USERS_TABLE)
+    finally:
+        await conn.close()
+
+
+async def linked_in_db(database_url: str, schema: str) -> tuple[int, list[str]]:
+    """How many users have a pdf_url now, and those urls (to clean up the peer's objects)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch(
+            f'SELECT pdf_url FROM "{schema}"."{USERS_TABLE}" WHERE pdf_url IS NOT NULL'
+        )
+    finally:
+        await conn.close()
+    return len(rows), [r["pdf_url"] for r in rows]
+
+
+def big_zip(path: Path, total_bytes: int, members: int = 10) -> Path:
+    """A ZIP of incompressible random bytes in `members` stored `.pdf` members, streamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    each = total_bytes // members
+    chunk = 4 * 1024 * 1024
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for i in range(members):
+            info = zipfile.ZipInfo(f"big/part-{i:02d}.pdf", date_time=(2024, 1, 1, 0, 0, 0))
+            with zf.open(info, "w", force_zip64=True) as out:
+                left = each
+                while left > 0:
+                    n = min(chunk, left)
+                    out.write(os.urandom(n))
+                    left -= n
+    return path
+
+
+def parse_cost_ms(planned: Corpus, seed: int, sample: int = 60) -> dict[str, float]:
+    """CPU milliseconds pypdf needs per PDF of this corpus, measured in this process.
+
+    The ceiling for parsing-bound throughput on C cores is C / cost: the number to compare
+    the end-to-end rate with.
+    """
+    from pdfqueue_worker.extract import read_pdf
+
+    docs = [render_pdf(f, seed=seed) for f in planned.files[:sample]]
+    read_pdf(docs[0], 50)  # imports and caches out of the measurement
+    costs = []
+    for data in docs:
+        started = time.process_time()
+        reason, emails, _, _ = read_pdf(data, 50)
+        costs.append((time.process_time() - started) * 1000)
+        if reason or not emails:
+            raise RuntimeError(f"a clean PDF did not parse ({reason or 'no email'})")
+    return {
+        "mean_ms": round(statistics.fmean(costs), 2),
+        "median_ms": round(statistics.median(costs), 2),
+        "mean_kib": round(statistics.fmean(len(d) for d in docs) / 1024, 1),
+        "sample": len(docs),
+    }

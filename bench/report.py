@@ -1,0 +1,165 @@
+"""Turning run results into the printed table, the ratios against the peer, and targets."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+GOODPUT_TARGET = 2.0
+"""pdfqueue must link at least twice as many PDFs per second as the seed peer."""
+STAGES = ("read", "extract", "match", "store", "claim", "record")
+
+
+def _cpu_total(run: dict[str, Any]) -> float:
+    """CPU seconds of the measured processes and the backing services during the run."""
+    res = run.get("resources", {})
+    groups = sum(g["cpu_main_s"] + g["cpu_children_s"] for g in res.get("groups", {}).values())
+    return groups + sum(res.get("services_cpu_s", {}).values())
+
+
+def derive(run: dict[str, Any]) -> dict[str, Any]:
+    """Rates (processed/s, and goodput = linked/s: failures are not work) and CPU per link."""
+    seconds = run.get("seconds")
+    if seconds:
+        run["pdfs_per_s"] = round(run.get("processed", 0) / seconds, 1)
+        run["goodput"] = round(run.get("linked", 0) / seconds, 1)
+    if run.get("resources") and run.get("linked"):
+        cpu = _cpu_total(run)
+        run["cpu_ms_per_linked"] = round(1000 * cpu / run["linked"], 1)
+        run["cores_used"] = round(cpu / max(1e-9, run["resources"]["elapsed_s"]), 2)
+    return run
+
+
+def label(run: dict[str, Any]) -> str:
+    if run["system"] == "pdfqueue":
+        return f"pdfqueue {run['workers']}w x {run['extract_processes']}p"
+    return run["system"]
+
+
+def _peaks(run: dict[str, Any]) -> str:
+    groups = run.get("resources", {}).get("groups", {})
+    return " ".join(f"{name}={g['peak_rss_mb']:.0f}" for name, g in groups.items())
+
+
+def _cpu(run: dict[str, Any]) -> str:
+    """CPU milliseconds per PDF by component: what a saturated machine divides its cores by."""
+    res, n = run.get("resources", {}), max(1, run["files"])
+    if not res:
+        return ""
+    parts = []
+    for name, g in res.get("groups", {}).items():
+        main, kids = 1000 * g["cpu_main_s"] / n, 1000 * g["cpu_children_s"] / n
+        parts.append(f"{name} {main:.1f}+{kids:.1f}" if name.startswith("worker") else
+                     f"{name} {main + kids:.1f}")  # fmt: skip
+    parts += [f"{k} {1000 * v / n:.1f}" for k, v in res.get("services_cpu_s", {}).items()]
+    busy = res["machine_busy_cpu_s"] / max(1e-9, res["elapsed_s"] * (os.cpu_count() or 1))
+    parts.append(f"| host busy {100 * busy:.0f}%, others {1000 * res['other_cpu_s'] / n:.1f}")
+    return " ".join(parts)
+
+
+def _stages(run: dict[str, Any]) -> str:
+    stages, jobs = run.get("stages", {}), run.get("jobs", {})
+    if not stages and not jobs:
+        return ""
+    line = " ".join(f"{k} {stages[k]['mean_ms']:.0f}" for k in STAGES if k in stages)
+    return (
+        f"{line}; job {jobs.get('job_mean_ms', 0):.0f} ms, in flight "
+        f"{jobs.get('mean_in_flight', 0):.1f}, retried {jobs.get('retried_jobs', 0)}"
+    )
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    nan = float("nan")
+    head = (
+        f"{'configuration':<19} {'PDFs':>5} {'status':<9} {'sec':>7} {'PDFs/s':>6} "
+        f"{'linked/s':>8} {'linked':>6} {'nomatch':>7} {'failed':>6} {'cores':>5} "
+        f"{'CPUms/link':>10}  peak RSS MB (process tree)"
+    )
+    lines = [head, "-" * len(head)]
+    for r in runs:
+        lines.append(
+            f"{label(r):<19} {r['files']:>5} {str(r.get('status', '?'))[:9]:<9} "
+            f"{r.get('seconds', nan):>7.2f} {r.get('pdfs_per_s', nan):>6.1f} "
+            f"{r.get('goodput', nan):>8.1f} {r.get('linked', 0):>6} "
+            f"{r.get('skipped_no_match', 0):>7} {r.get('failed', 0):>6} "
+            f"{r.get('cores_used', nan):>5.2f} {r.get('cpu_ms_per_linked', nan):>10.1f}  "
+            f"{_peaks(r)}"
+        )
+    lines += ["", "CPU ms per PDF (workers: event loop+parsers; others: the rest of the host):"]
+    lines += [f"  {label(r):<19} {r['files']:>5}  {_cpu(r)}" for r in runs if _cpu(r)]
+    lines += ["", "pdfqueue stage means, ms (all workers):"]
+    lines += [f"  {label(r):<19} {r['files']:>5}  {_stages(r)}" for r in runs if _stages(r)]
+    return "\n".join(lines)
+
+
+def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per size and worker count, the best pdfqueue configuration against the peer.
+
+    `paired` compares with the peer run made just before it (the same load on a shared
+    machine); `vs_best_peer` with the peer's best run of that size (a lower bound).
+    """
+    out = []
+    for n in sorted({r["files"] for r in runs}):
+        peers = [r for r in runs if r["system"] == "seed-node" and r["files"] == n]
+        best_peer = max(
+            (r for r in peers if r.get("goodput")), key=lambda r: r["goodput"], default=None
+        )
+        mine = [r for r in runs if r["system"] == "pdfqueue" and r["files"] == n]
+        for workers in sorted({r["workers"] for r in mine}):
+            ok = [r for r in mine if r["workers"] == workers and r.get("goodput") is not None]
+            if not ok:
+                continue
+            best = max(ok, key=lambda r: r["goodput"])
+            pair = best.get("paired_peer") or {}
+            row: dict[str, Any] = {
+                "files": n,
+                "workers": workers,
+                "extract_processes": best["extract_processes"],
+                "goodput": best["goodput"],
+                "failed_on_clean": best.get("failed", 0),
+                "cpu_ms_per_linked": best.get("cpu_ms_per_linked"),
+            }
+            if pair.get("goodput") and best_peer:
+                row.update(
+                    peer_goodput=pair["goodput"],
+                    peer_failed_on_clean=pair.get("failed"),
+                    peer_missed_on_clean=pair.get("skipped_no_match"),
+                    peer_cpu_ms_per_linked=pair.get("cpu_ms_per_linked"),
+                    goodput_ratio=round(best["goodput"] / pair["goodput"], 2),
+                    throughput_ratio=round(best["pdfs_per_s"] / pair["pdfs_per_s"], 2),
+                    vs_best_peer=round(best["goodput"] / best_peer["goodput"], 2),
+                )
+                row["met"] = row["goodput_ratio"] >= GOODPUT_TARGET and row["failed_on_clean"] == 0
+            out.append(row)
+    return out
+
+
+def ratio_lines(rows: list[dict[str, Any]], upload: dict[str, Any] | None) -> str:
+    lines = ["Ratios (target: goodput >= 2x the peer, 0 failed on clean PDFs):"]
+    for r in rows:
+        head = f"  {r['files']:>5} PDFs, {r['workers']} worker(s) x {r['extract_processes']}p:"
+        if "goodput_ratio" in r:
+            lines.append(
+                f"{head} goodput {r['goodput']:.1f} vs peer {r['peer_goodput']:.1f} linked/s "
+                f"= {r['goodput_ratio']:.2f}x paired, {r['vs_best_peer']:.2f}x vs the peer's best "
+                f"run (throughput {r['throughput_ratio']:.2f}x); CPU ms per link "
+                f"{r['cpu_ms_per_linked']} vs {r['peer_cpu_ms_per_linked']}; failed on clean: "
+                f"pdfqueue {r['failed_on_clean']}, peer {r['peer_failed_on_clean']} (+"
+                f"{r['peer_missed_on_clean']} missed)  [{'MET' if r['met'] else 'MISSED'}]"
+            )
+        else:
+            lines.append(
+                f"{head} goodput {r['goodput']:.1f} linked/s, failed on clean "
+                f"{r['failed_on_clean']} (no peer run)"
+            )
+    if upload and "error" in upload:
+        lines.append(f"API RSS for a big upload: ERROR {upload['error']}")
+    elif upload:
+        lines.append(
+            f"API RSS for a {upload['upload_mb']:.0f} MB upload: "
+            f"idle {upload['idle_mb']:.1f} MB (cold {upload['idle_cold_mb']:.1f}), "
+            f"peak {upload['peak_mb']:.1f} MB, delta {upload['delta_mb']:+.1f} MB "
+            f"(limit {upload['limit_mb']}), {upload['upload_mb_per_s']:.0f} MB/s  "
+            f"[{'MET' if upload['met'] else 'MISSED'}]"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""`python -m bench.run`: pdfqueue vs the seed peer (goodput, RSS) and API RSS on a big upload."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import corpus, report
+from bench.peer import run_peer
+from bench.pipeline import Bench, run_config
+from bench.upload_rss import run_upload_rss
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PAIR_KEYS = ("goodput", "pdfs_per_s", "failed", "skipped_no_match", "cpu_ms_per_linked")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    p.add_argument("--sizes", type=_ints, default=[300, 3000], help="PDFs per batch (300,3000)")
+    p.add_argument("--workers", type=_ints, default=[1, 2], help="worker processes (1,2)")
+    p.add_argument(
+        "--extract-procs",
+        default="auto",
+        help="PDFQUEUE_EXTRACT_PROCESSES per worker to try, e.g. 1,2; "
+        "auto = cores // workers (total parsing processes = cores)",
+    )
+    p.add_argument("--skip-peer", action="store_true", help="do not run the seed peer")
+    p.add_argument("--skip-upload-rss", action="store_true", help="skip the big-upload RSS test")
+    p.add_argument("--upload-mb", type=int, default=500, help="size of the big upload (500)")
+    p.add_argument("--seed", type=int, default=1, help="corpus seed (1)")
+    p.add_argument(
+        "--timeout-per-pdf", type=float, default=0.5, help="s per PDF on top of 120 s (0.5)"
+    )
+    return p.parse_args(argv)
+
+
+def procs_for(workers: int, spec: str) -> list[int]:
+    if spec == "auto":
+        return [max(1, (os.cpu_count() or 1) // workers)]
+    return _ints(spec)
+
+
+def _guarded(what: str, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Run one measurement; a failure is recorded and the bench goes on."""
+    print(f"- {what} ...", flush=True)
+    started = time.monotonic()
+    try:
+        result: dict[str, Any] = fn(*args, **kwargs)
+    except Exception as exc:
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    print(f"  done in {time.monotonic() - started:.0f}s: {_brief(result)}", flush=True)
+    return result
+
+
+def _brief(r: dict[str, Any]) -> str:
+    if "delta_mb" in r:
+        return f"API peak {r['peak_mb']} MB, idle {r['idle_mb']} MB"
+    report.derive(r)
+    return (
+        f"{r.get('status')} in {r.get('seconds', 0):.2f}s, linked {r.get('linked')}, "
+        f"failed {r.get('failed')}, {r.get('goodput')} linked/s"
+    )
+
+
+def paired_runs(
+    bench: Bench, args: argparse.Namespace, n: int, config: tuple[int, int]
+) -> list[dict[str, Any]]:
+    """The peer, then pdfqueue right after it: load on a shared machine drifts, a pair shares it."""
+    workers, procs = config
+    timeout_s = 120 + args.timeout_per_pdf * n
+    out = []
+    peer: dict[str, Any] = {}
+    if not args.skip_peer:
+        peer = _guarded(f"seed peer, {n} PDFs", run_peer, bench, n, args.seed, timeout_s)
+        out.append(report.derive({"system": "seed-node", "files": n, **peer}))
+    what = f"pdfqueue {workers} worker(s) x {procs} parsing processes, {n} PDFs"
+    mine = _guarded(what, run_config, bench, workers, procs, n, seed=args.seed, timeout_s=timeout_s)
+    mine = {
+        "system": "pdfqueue",
+        "files": n,
+        "workers": workers,
+        "extract_processes": procs,
+        **mine,
+    }
+    if peer:
+        mine["paired_peer"] = {k: out[0].get(k) for k in PAIR_KEYS}
+    out.append(report.derive(mine))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    bench = Bench.from_environ(stamp.lower(), corpus.CACHE / f"logs-{stamp}")
+    print(
+        f"bench {stamp}: logs in {bench.log_dir}, objects under s3://{bench.bucket}/{bench.prefix}"
+    )
+    asyncio.run(bench.prepare())
+    for n in args.sizes:
+        corpus.corpus(n, args.seed)
+    parse = corpus.parse_cost_ms(corpus.corpus(args.sizes[0], args.seed)[0], args.seed)
+    print(f"pypdf cost per clean PDF, one core: {parse}")
+
+    runs: list[dict[str, Any]] = []
+    upload: dict[str, Any] | None = None
+    try:
+        for n in args.sizes:
+            for w in args.workers:
+                for p in procs_for(w, args.extract_procs):
+                    runs += paired_runs(bench, args, n, (w, p))
+        if not args.skip_upload_rss:
+            upload = _guarded(
+                f"API RSS, {args.upload_mb} MB upload", run_upload_rss, bench, args.upload_mb
+            )
+    finally:
+        print("- cleaning up (objects under the bench prefix, bench batches, bench queues)")
+        try:
+            asyncio.run(bench.cleanup())
+        except Exception as exc:
+            print(f"  clean-up failed: {exc!r}")
+
+    for r in runs:
+        report.derive(r)
+    ratio_rows = report.ratios(runs)
+    print()
+    print(report.table(runs))
+    print()
+    print(report.ratio_lines(ratio_rows, upload))
+    ceiling = (os.cpu_count() or 1) * 1000 / parse["mean_ms"]
+    print(
+        f"pypdf alone: {parse['mean_ms']} ms CPU per PDF, so parsing caps {ceiling:.0f} PDFs/s "
+        f"on {os.cpu_count()} idle cores"
+    )
+    out = {
+        "started": stamp,
+        "host": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "options": vars(args),
+        "parse_cost": parse,
+        "runs": runs,
+        "ratios": ratio_rows,
+        "upload_rss": upload,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{stamp}.json"
+    path.write_text(json.dumps(out, indent=2, default=str))
+    print(f"\nresults: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
