@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -20,6 +21,8 @@ SOURCE = Path(os.environ.get("PDFQUEUE_BENCH_PEER", "/work/shared/peers/seed-nod
 WORKDIR = Path(os.environ.get("PDFQUEUE_BENCH_PEER_DIR", "/tmp/seed-node-peer"))
 QUEUE_KEYS = "bull:pdf-bulk-upload:*"
 """The peer's BullMQ queue; `batch:b<ms>` hashes hold its counters."""
+PEER_OBJECT = re.compile(r"pdfs/\d+/(\d{13})\.pdf")
+"""The peer's object names: `pdfs/<user id>/<Date.now()>.pdf` (pdfqueue's end in a sha256)."""
 
 
 def install() -> Path:
@@ -62,24 +65,33 @@ def _peer_keys(bench: Bench) -> set[bytes]:
         )
 
 
-def _clean(bench: Bench, existing: set[bytes], urls: list[str]) -> None:
+def _clean(bench: Bench, existing: set[bytes], window_ms: tuple[int, int]) -> int:
     """Delete what this peer run left: its job (which holds the whole ZIP) and its objects.
 
-    Only keys that did not exist before the run are removed, so nobody else's are touched.
+    Only Redis keys that did not exist before the run are removed. The peer names objects
+    `pdfs/<user id>/<Date.now()>.pdf` at the bucket's root; those stamped inside this run's
+    window go, including copies whose link a second PDF overwrote. Returns that count.
     """
     with bench.redis() as r:
         new = _peer_keys(bench) - existing
         if new:
             r.delete(*new)
+        ids = [k.rsplit(b":", 1)[1] for k in new if k.rsplit(b":", 1)[1].isdigit()]
         for name in ("completed", "failed"):
-            # job ids are the numeric keys just deleted
-            ids = [k.rsplit(b":", 1)[1] for k in new if k.rsplit(b":", 1)[1].isdigit()]
-            if ids:
+            if ids:  # the job ids just deleted
                 r.zrem(f"bull:pdf-bulk-upload:{name}", *ids)
-    s3 = bench.s3()
-    keys = [{"Key": u} for u in urls if u.startswith("pdfs/")]
+    s3, lo, hi = bench.s3(), *window_ms
+    keys = [
+        {"Key": o["Key"]}
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bench.bucket, Prefix="pdfs/"
+        )
+        for o in page.get("Contents", [])
+        if (m := PEER_OBJECT.fullmatch(o["Key"])) and lo <= int(m.group(1)) <= hi
+    ]
     for i in range(0, len(keys), 1000):
         s3.delete_objects(Bucket=bench.bucket, Delete={"Objects": keys[i : i + 1000]})
+    return len(keys)
 
 
 def run_peer(bench: Bench, n: int, seed: int, timeout_s: float) -> dict[str, Any]:
@@ -88,6 +100,7 @@ def run_peer(bench: Bench, n: int, seed: int, timeout_s: float) -> dict[str, Any
     planned, path = corpus.corpus(n, seed)
     asyncio.run(corpus.reseed(bench.database_url, bench.schema, planned))
     existing = _peer_keys(bench)
+    t0_ms = int(time.time() * 1000)
     argv = ["node", str(workdir / "peer.js"), str(path)]  # node_modules resolve next to peer.js
     child = Child(f"peer-{n}", argv, peer_env(bench), bench.log_dir, launcher=False)
     sampler = Sampler(0.1, services=bench.services)
@@ -111,14 +124,15 @@ def run_peer(bench: Bench, n: int, seed: int, timeout_s: float) -> dict[str, Any
         ),
         None,
     )
-    linked_db, urls = asyncio.run(corpus.linked_in_db(bench.database_url, bench.schema))
-    _clean(bench, existing, urls)
+    linked_db, _ = asyncio.run(corpus.linked_in_db(bench.database_url, bench.schema))
+    objects = _clean(bench, existing, (t0_ms, int(time.time() * 1000)))
     result: dict[str, Any] = {
         "system": "seed-node",
         "files": n,
         "status": status if line else f"{status}, no result line",
         "process_wall_s": round(wall, 2),
         "linked_in_db": linked_db,
+        "objects_written": objects,
         "resources": sampler.report(),
     }
     if line:

@@ -72,7 +72,7 @@ def table(runs: list[dict[str, Any]]) -> str:
     nan = float("nan")
     head = (
         f"{'configuration':<19} {'PDFs':>5} {'status':<9} {'sec':>7} {'PDFs/s':>6} "
-        f"{'linked/s':>8} {'linked':>6} {'nomatch':>7} {'failed':>6} {'cores':>5} "
+        f"{'linked/s':>8} {'linked':>6} {'in DB':>6} {'nomatch':>7} {'failed':>6} {'cores':>5} "
         f"{'CPUms/link':>10}  peak RSS MB (process tree)"
     )
     lines = [head, "-" * len(head)]
@@ -80,11 +80,14 @@ def table(runs: list[dict[str, Any]]) -> str:
         lines.append(
             f"{label(r):<19} {r['files']:>5} {str(r.get('status', '?'))[:9]:<9} "
             f"{r.get('seconds', nan):>7.2f} {r.get('pdfs_per_s', nan):>6.1f} "
-            f"{r.get('goodput', nan):>8.1f} {r.get('linked', 0):>6} "
+            f"{r.get('goodput', nan):>8.1f} {r.get('linked', 0):>6} {r.get('linked_in_db', 0):>6} "
             f"{r.get('skipped_no_match', 0):>7} {r.get('failed', 0):>6} "
             f"{r.get('cores_used', nan):>5.2f} {r.get('cpu_ms_per_linked', nan):>10.1f}  "
             f"{_peaks(r)}"
         )
+    lines.append(
+        "(in DB: users with a pdf_url afterwards; fewer than `linked` means some were linked twice)"
+    )
     lines += ["", "CPU ms per PDF (workers: event loop+parsers; others: the rest of the host):"]
     lines += [f"  {label(r):<19} {r['files']:>5}  {_cpu(r)}" for r in runs if _cpu(r)]
     lines += ["", "pdfqueue stage means, ms (all workers):"]
