@@ -34,6 +34,7 @@ from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue_api.auth import require_tenant
+from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
 from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S, BatchService
 from pdfqueue_api.upload import ZIP_TYPES, FormFileReader, UnsupportedMediaType
@@ -52,6 +53,13 @@ def producer_redis(url: str) -> Redis:
     return Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
 
 
+def kube_publisher(settings: Settings) -> PdfBatchPublisher | None:
+    """Kubernetes mode: the API also creates a PdfBatch per upload in this namespace."""
+    if not settings.kubernetes_namespace:
+        return None
+    return PdfBatchPublisher(settings.kubernetes_namespace, settings.kubeconfig)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
 
@@ -67,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.warning("redis not reachable at start: %r", exc)
         pool = await connect(settings.database_url, min_size=0, max_size=10)
         storage = Storage.from_settings(settings, threads=16)
+        publisher = kube_publisher(settings)
         app.state.settings = settings
         app.state.service = BatchService(
             settings,
@@ -74,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             BatchState(redis, settings.batch_ttl_s),
             Database(pool, settings.users_table),
             storage,
+            publisher,
         )
         gauges = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
         gauges.start()
@@ -81,6 +91,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await gauges.stop()
+            if publisher is not None:
+                await publisher.close()
             storage.close()
             await pool.close()
             await redis.aclose()

@@ -22,6 +22,7 @@ from pdfqueue.queue import remove
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
+from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.upload import store_upload
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ class BatchService:
     state: BatchState
     db: Database
     storage: Storage
+    publisher: PdfBatchPublisher | None = None
+    """Set in Kubernetes mode (PDFQUEUE_KUBERNETES_NAMESPACE): one PdfBatch per upload."""
 
     async def ping(self) -> None:
         """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down."""
@@ -65,6 +68,8 @@ class BatchService:
             await asyncio.shield(self._undo(batch_id, key))
             raise
         log.info("batch created", extra={"batch_id": batch_id})
+        if self.publisher is not None:
+            await self.publisher.publish(batch_id, self.storage.url(key), tenant)
         return batch_id
 
     async def _register(self, batch_id: str, tenant: str, key: str) -> None:

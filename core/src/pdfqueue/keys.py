@@ -26,3 +26,17 @@ def process_job(batch_id: str, index: int) -> str:
 def last_error(job_id: str) -> str:
     """Why a job's latest try failed: its reason if it runs out of tries."""
     return f"{PREFIX}:last-error:{job_id}"
+
+
+def worker_heartbeat(pod_name: str) -> str:
+    """A worker pod's running-job count (TTL): the operator scales in idle pods first."""
+    return f"{PREFIX}:worker:{pod_name}:running"
+
+
+def operator_batches(queue_name: str) -> str:
+    """Hash of batch id -> the PdfBatch object mirroring it, until the batch is terminal.
+
+    Kept in Redis, not in the operator's memory, so a PdfBatch deleted while the operator
+    was down is still noticed (and its batch cancelled) when it comes back.
+    """
+    return f"{PREFIX}:operator:{queue_name}:pdfbatches"

@@ -49,6 +49,24 @@ class Settings(BaseSettings):
     kubernetes_namespace: str | None = None
     """When set, the API also creates a `PdfBatch` object in this namespace for each upload."""
 
+    # --- Kubernetes: operator, worker heartbeat -----------------------------------------------
+    kubeconfig: str | None = None
+    """Kubeconfig for the API and operator outside a pod; in a pod, its ServiceAccount is used."""
+    pod_name: str | None = Field(default=None, validation_alias="HOSTNAME")
+    """This pod's name (Kubernetes sets HOSTNAME to it): keys the worker's heartbeat."""
+    worker_heartbeat_s: float = 2.0
+    """How often a worker publishes its running-job count (TTL 3x) for scale-in ordering."""
+    operator_scale_interval_s: float = 1.0
+    """How often the operator reads the queue depth and sets the workers' replicas."""
+    operator_status_interval_s: float = 2.0
+    """How often the operator copies batch progress into PdfBatch `.status`."""
+    operator_worker_selector: str = (
+        "app.kubernetes.io/component=worker,app.kubernetes.io/part-of=pdfqueue"
+    )
+    """Label selector of the worker Deployments the operator scales."""
+    operator_health_port: int = 8080
+    """Port of the operator's liveness endpoint (kopf's `/healthz`)."""
+
     # --- batches and archives -----------------------------------------------------------------
     batch_ttl_s: int = 3600
     """Live state in Redis expires this long after the batch's last activity."""

@@ -20,6 +20,7 @@ from pdfqueue.queue import check_durability, deserialize, serialize
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
+from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extractor
 from pdfqueue_worker.tasks import ingest, process
@@ -57,9 +58,11 @@ async def startup(ctx: dict[str, Any]) -> None:
     metrics.WORKER_MAX_JOBS.set(settings.worker_max_jobs)
     ctx["gauges"] = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
     ctx["gauges"].start()
+    ctx["heartbeat"] = heartbeat.start(redis, settings)
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
+    await heartbeat.stop(ctx.pop("heartbeat", None))
     gauges: QueueGauges | None = ctx.get("gauges")
     if gauges is not None:
         await gauges.stop()
