@@ -1,0 +1,245 @@
+"""Worker autoscaling against a real API server: pods on kwok nodes follow a synthetic backlog."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from kube_env import Cluster, StartOperator, eventually
+from redis.asyncio import Redis
+
+from pdfqueue import keys
+from pdfqueue.settings import Settings
+
+pytestmark = pytest.mark.kube
+WORKER_LABELS = {"app.kubernetes.io/component": "worker", "app.kubernetes.io/part-of": "pdfqueue"}
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+
+def worker_deployment(name: str, **annotations: str) -> dict[str, Any]:
+    """A worker Deployment as the chart renders it with autoscaling on: no `replicas` set."""
+    pod_labels = {"app.kubernetes.io/name": "pdfqueue", "pdfqueue.test/deployment": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "labels": WORKER_LABELS,
+            "annotations": {
+                f"pdfqueue.io/{k.replace('_', '-')}": v for k, v in annotations.items()
+            },
+        },
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": pod_labels},
+            "template": {
+                "metadata": {"labels": {**pod_labels, **WORKER_LABELS}},
+                "spec": {
+                    "nodeSelector": {"type": "kwok"},  # fake nodes: pods run without a kubelet
+                    "containers": [{"name": "worker", "image": "registry.invalid/worker:test"}],
+                },
+            },
+        },
+    }
+
+
+@dataclass
+class Timeline:
+    """Every value of spec.replicas the API server reported, with when it was seen."""
+
+    seen: list[tuple[float, int]] = field(default_factory=list)
+
+    def current(self) -> int | None:
+        return self.seen[-1][1] if self.seen else None
+
+    def changes(self) -> list[int]:
+        """The values in order, repeats collapsed (every status update is an event too)."""
+        values = [r for _, r in self.seen]
+        return [r for i, r in enumerate(values) if i == 0 or values[i - 1] != r]
+
+    def first(self, after: float, match: Any) -> float:
+        return next(t for t, r in self.seen if t >= after and match(r))
+
+
+@asynccontextmanager
+async def watch_replicas(kube: Cluster, namespace: str, name: str) -> AsyncIterator[Timeline]:
+    proc = await asyncio.create_subprocess_exec(
+        kube.kubectl_bin,
+        f"--kubeconfig={kube.kubeconfig}",
+        *("get", "deployment", name, "-n", namespace, "--watch"),
+        *("-o", 'jsonpath={.spec.replicas}{"\\n"}'),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    timeline = Timeline()
+
+    async def read() -> None:
+        assert proc.stdout is not None
+        async for line in proc.stdout:
+            value = line.decode().strip().strip("'")
+            if value.isdigit():
+                timeline.seen.append((time.monotonic(), int(value)))
+
+    reader = asyncio.create_task(read())
+    try:
+        yield timeline
+    finally:
+        proc.terminate()
+        await proc.wait()
+        reader.cancel()
+
+
+async def replicas_become(timeline: Timeline, value: int, what: str, timeout_s: float) -> float:
+    await eventually(lambda: _is(timeline, value), what, timeout_s, every_s=0.05)
+    return timeline.seen[-1][0]
+
+
+async def _is(timeline: Timeline, value: int) -> bool:
+    return timeline.current() == value
+
+
+async def ready_pods(kube: Cluster, namespace: str, name: str, count: int) -> list[dict[str, Any]]:
+    async def probe() -> list[dict[str, Any]] | None:
+        out = await kube.kubectl(
+            "get", "pods", "-n", namespace, "-l", f"pdfqueue.test/deployment={name}", "-o", "json"
+        )
+        pods = [
+            p for p in json.loads(out.out)["items"] if not p["metadata"].get("deletionTimestamp")
+        ]
+        ready = [
+            p
+            for p in pods
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p.get("status", {}).get("conditions", [])
+            )
+        ]
+        return ready if len(pods) == len(ready) == count else None
+
+    return await eventually(probe, f"{count} ready pods", 60)
+
+
+async def backlog(redis: Redis, queue: str, jobs: range) -> None:
+    """Jobs as arq leaves them in its sorted set: ready (or running) means a score in the past."""
+    now_ms = int(time.time() * 1000)
+    await redis.zadd(queue, {f"process:fake:{i}": now_ms - 1000 for i in jobs})
+
+
+async def events(kube: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    out = await kube.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"involvedObject.name={name}",
+        "-o",
+        "json",
+    )
+    found: list[dict[str, Any]] = json.loads(out.out)["items"]
+    return found
+
+
+async def test_workers_go_from_zero_to_n_and_back_respecting_the_window(
+    kube: Cluster, namespace: str, start_operator: StartOperator, redis: Redis, settings: Settings
+) -> None:
+    window_s, cooldown_s, tick_s = 5.0, 8.0, 0.25
+    # The operator saw the old backlog last at most one tick gap before it changed; a loaded
+    # machine stretches that gap, hence a margin of a second rather than of one tick.
+    margin_s = 1.0
+    queue = settings.queue_name
+    manifest = worker_deployment(
+        "workers",
+        queue=queue,
+        min_replicas="0",
+        max_replicas="4",
+        target_per_replica="5",
+        scale_down_stabilization_seconds=str(window_s),
+        idle_cooldown_seconds=str(cooldown_s),
+    )
+    await kube.apply(manifest, namespace=namespace)
+    operator = await start_operator(namespace)
+    async with watch_replicas(kube, namespace, "workers") as timeline:
+        await eventually(lambda: _is(timeline, 0), "watched", 10)
+        await asyncio.sleep(4 * tick_s)  # the operator has looked: nothing to do
+        assert timeline.current() == 0
+
+        await backlog(redis, queue, range(12))  # ceil(12 / 5) = 3 replicas
+        await replicas_become(timeline, 3, "scaled up", 15)
+        pods = await ready_pods(kube, namespace, "workers", 3)
+        busy = pods[1]["metadata"]["name"]
+        await redis.set(keys.worker_heartbeat(busy), 4, ex=120)  # that pod runs 4 jobs
+
+        shrink_at = time.monotonic()
+        await redis.zrem(queue, *(f"process:fake:{i}" for i in range(8)))  # 4 left: 1 replica
+        await replicas_become(timeline, 1, "scaled down", window_s + 20)
+        dropped_at = timeline.first(shrink_at, lambda r: r < 3)
+        assert dropped_at - shrink_at >= window_s - margin_s
+        survivors = await ready_pods(kube, namespace, "workers", 1)
+        assert [p["metadata"]["name"] for p in survivors] == [busy]
+        assert survivors[0]["metadata"]["annotations"][DELETION_COST] == "4"
+
+        drain_at = time.monotonic()
+        await redis.delete(queue)
+        await replicas_become(timeline, 0, "scaled to zero", cooldown_s + 20)
+        zero_at = timeline.first(drain_at, lambda r: r == 0)
+        assert zero_at - drain_at >= cooldown_s - margin_s
+        assert timeline.changes() == [0, 3, 1, 0]
+
+    reasons = [e["reason"] for e in await events(kube, namespace, "workers")]
+    assert reasons.count("ScaledUp") == 1
+    assert reasons.count("ScaledDown") == 2
+    async with httpx.AsyncClient() as http:
+        metrics = (await http.get(f"http://127.0.0.1:{operator.metrics_port}/metrics")).text
+    assert 'pdfqueue_operator_scaling_decisions_total{direction="up"} 1.0' in metrics
+    assert 'pdfqueue_operator_scaling_decisions_total{direction="down"} 2.0' in metrics
+    assert "pdfqueue_operator_desired_replicas 0.0" in metrics
+
+
+async def test_a_deployment_an_hpa_scales_or_with_bad_annotations_is_left_alone(
+    kube: Cluster, namespace: str, start_operator: StartOperator, redis: Redis, settings: Settings
+) -> None:
+    queue = settings.queue_name
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "cpu"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "owned"},
+            "minReplicas": 1,
+            "maxReplicas": 3,
+        },
+    }
+    await kube.apply(
+        worker_deployment("owned", queue=queue, target_per_replica="5"),
+        worker_deployment("typo", queue=queue, max_replicas="ten"),
+        hpa,
+        namespace=namespace,
+    )
+    await backlog(redis, queue, range(10))
+    await start_operator(namespace)
+
+    async def warned(name: str, reason: str) -> dict[str, Any] | None:
+        return next((e for e in await events(kube, namespace, name) if e["reason"] == reason), None)
+
+    conflict = await eventually(lambda: warned("owned", "ScalingConflict"), "conflict reported")
+    assert conflict["type"] == "Warning"
+    assert "HorizontalPodAutoscaler cpu targets this Deployment" in conflict["message"]
+    typo = await eventually(lambda: warned("typo", "InvalidScalingAnnotation"), "typo reported")
+    assert "pdfqueue.io/max-replicas: 'ten' is not an integer" in typo["message"]
+    for name in ("owned", "typo"):
+        deployment = await kube.get("deployment", name, namespace)
+        assert deployment is not None
+        assert deployment["spec"]["replicas"] == 0
+
+    # Once the HPA is gone, the operator takes over (so the refusal was the HPA's doing).
+    await kube.kubectl("delete", "hpa", "cpu", "-n", namespace)
+    async with watch_replicas(kube, namespace, "owned") as timeline:
+        await replicas_become(timeline, 2, "scaled once the HPA is gone", 15)
