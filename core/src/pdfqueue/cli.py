@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -30,7 +31,8 @@ console = Console(stderr=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only=argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
         parser.print_help()
@@ -40,12 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     except ApiError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
+    except httpx.TransportError as exc:  # refused, timed out, DNS: say where we tried
+        url = getattr(args, "url", "")
+        console.print(f"[red]error:[/red] cannot reach the pdfqueue API at {url}: {exc}")
+        return 1
     except KeyboardInterrupt:
         return 130
     return result
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; `only` names the command being run, so just its plug-in is imported.
+
+    Importing a service package is not free (the operator's kopf handlers take half a
+    second), so `pdfqueue status` loads none and `pdfqueue --help` loads them all.
+    """
     parser = argparse.ArgumentParser(prog="pdfqueue", description=__doc__)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
 
@@ -77,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="exit when the batch is done")
     p.set_defaults(run=cmd_demo)
 
-    for ep in entry_points(group="pdfqueue.commands"):
+    plugins = entry_points(group="pdfqueue.commands")
+    if only in plugins.names:
+        plugins = plugins.select(name=only)
+    elif only in sub.choices:
+        plugins = plugins.select(name="")  # a core command: no plug-in needed
+    for ep in plugins:
         try:
             ep.load()(sub)
         except ImportError as exc:  # an image without that service: say so, keep the rest
