@@ -94,8 +94,9 @@ class Settings(BaseSettings):
     """Pages read per PDF when looking for an email; an email is almost always on page one."""
     extract_memory_bytes: int = 768 * 1024**2
     """Address-space limit of each parsing process, so a decompression bomb fails one file."""
-    extract_tasks_per_process: int = 500
-    """Recycle a parsing process after this many PDFs to bound slow leaks."""
+    extract_tasks_per_process: int = 5000
+    """Recycle a parsing process after this many PDFs to bound slow leaks (its memory limit
+    already bounds a fast one; recycling every 500 cost ~0.8 ms of CPU per PDF)."""
     job_timeout_s: float = 20.0
     """Deadline of one job; past it the job is retried (never lost). arq's own hard limit is
     this plus `ARQ_TIMEOUT_MARGIN_S`, and a SIGKILLed worker's job runs again after that

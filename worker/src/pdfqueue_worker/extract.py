@@ -61,6 +61,13 @@ def read_pdf(data: bytes, max_pages: int) -> tuple[str, list[str], int, bool]:
     return "", emails, pages, has_text
 
 
+def _forkserver() -> multiprocessing.context.ForkServerContext:
+    """A forkserver that has imported pypdf once, so a new parsing process starts warm."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 class Extractor:
     """Owns the process pool; a PDF that hangs the parser is killed at the time limit."""
 
@@ -81,7 +88,7 @@ class Extractor:
             initializer=_limit_memory,
             initargs=(memory_bytes,),
             # forkserver: forking the event-loop process, with its threads, is unsafe.
-            context=multiprocessing.get_context("forkserver"),
+            context=_forkserver(),
         )
 
     async def extract(self, data: bytes) -> Extraction:
