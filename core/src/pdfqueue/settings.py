@@ -97,10 +97,10 @@ class Settings(BaseSettings):
     extract_tasks_per_process: int = 5000
     """Recycle a parsing process after this many PDFs to bound slow leaks (its memory limit
     already bounds a fast one; recycling every 500 cost ~0.8 ms of CPU per PDF)."""
-    job_timeout_s: float = 20.0
+    job_timeout_s: float = 15.0
     """Deadline of one job; past it the job is retried (never lost). arq's own hard limit is
     this plus `ARQ_TIMEOUT_MARGIN_S`, and a SIGKILLed worker's job runs again after that
-    plus 10 s."""
+    plus 10 s: 30 s with the defaults."""
     job_completion_wait_s: int = 30
     """On SIGTERM, how long running jobs may finish. Must exceed arq's hard limit
     (job_timeout_s + 5); a pod's terminationGracePeriodSeconds must exceed this."""
