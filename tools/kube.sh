@@ -30,13 +30,9 @@ die() { echo "kube: ERROR: $*" >&2; exit 1; }
 say() { echo "kube: $*" >&2; }
 usage() { echo "usage: $0 up DIR | down DIR | env DIR" >&2; exit 2; }
 
-proc_alive() {
-  kill -0 "$1" 2>/dev/null || return 1
-  local st
-  st="$(ps -o stat= -p "$1" 2>/dev/null || true)"
-  [ -n "$st" ] && [ "${st#Z}" = "$st" ]
-}
-pid_alive() { [ -f "$1" ] && proc_alive "$(cat "$1" 2>/dev/null)"; }
+# proc_alive, pid_alive, stop_pidfile
+# shellcheck source=tools/lib.sh
+. "$HERE/lib.sh"
 
 # ---------------------------------------------------------------------------
 ensure_binaries() {
@@ -287,17 +283,9 @@ up() {
 }
 
 down() {
-  local n pf pid i
+  local n
   for n in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
-    pf="$RUN/$n.pid"
-    if pid_alive "$pf"; then
-      pid="$(cat "$pf")"
-      kill -TERM "$pid" 2>/dev/null || true
-      for i in $(seq 1 150); do proc_alive "$pid" || break; sleep 0.1; done
-      proc_alive "$pid" && { say "$n did not exit on SIGTERM; killing"; kill -KILL "$pid" 2>/dev/null || true; }
-      say "$n stopped"
-    fi
-    rm -f "$pf"
+    stop_pidfile "$n" "$RUN/$n.pid"
   done
 }
 

@@ -65,32 +65,9 @@ wait_for() {
   done
 }
 
-# proc_alive PID: running and not a zombie.
-proc_alive() {
-  kill -0 "$1" 2>/dev/null || return 1
-  local st
-  st="$(ps -o stat= -p "$1" 2>/dev/null || true)"
-  [ -n "$st" ] && [ "${st#Z}" = "$st" ]
-}
-pid_alive() { [ -f "$1" ] && proc_alive "$(cat "$1" 2>/dev/null)"; }
-
-# stop_pidfile NAME PIDFILE: SIGTERM, wait, then SIGKILL.
-stop_pidfile() {
-  local name=$1 pf=$2 pid i
-  if pid_alive "$pf"; then
-    pid="$(cat "$pf")"
-    kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 150); do proc_alive "$pid" || break; sleep 0.1; done
-    if proc_alive "$pid"; then
-      say "$name (pid $pid) did not stop on SIGTERM; killing"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    say "$name stopped"
-  else
-    say "$name not running"
-  fi
-  rm -f "$pf"
-}
+# proc_alive, pid_alive, stop_pidfile
+# shellcheck source=tools/lib.sh
+. "$HERE/lib.sh"
 
 # ---------------------------------------------------------------------------
 redis_ping() { [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
