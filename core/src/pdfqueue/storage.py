@@ -72,6 +72,10 @@ class S3Backend:
             retries={"mode": "standard", "max_attempts": 3},
             max_pool_connections=max_connections,
             s3={"addressing_style": "path" if settings.s3_path_style else "auto"},
+            # botocore >= 1.36 computes and checks CRC checksums on every PUT and GET; that is
+            # CPU on the per-PDF path, and some S3-compatible stores reject the headers.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
         )
         self.client: Any = boto3.client("s3", endpoint_url=settings.s3_endpoint_url, config=config)
         self.create_bucket_allowed = settings.s3_create_bucket
