@@ -92,8 +92,9 @@ class Settings(BaseSettings):
     """Hard limit for reading one PDF; the parsing process is killed after it."""
     extract_max_pages: int = 50
     """Pages read per PDF when looking for an email; an email is almost always on page one."""
-    extract_memory_bytes: int = 768 * 1024**2
-    """Address-space limit of each parsing process, so a decompression bomb fails one file."""
+    extract_memory_bytes: int = 320 * 1024**2
+    """Address-space limit of each parsing process, so a decompression bomb fails one file
+    (256 MiB still reads ordinary PDFs; pypdf's own stream limit is 75 MB)."""
     extract_tasks_per_process: int = 5000
     """Recycle a parsing process after this many PDFs to bound slow leaks (its memory limit
     already bounds a fast one; recycling every 500 cost ~0.8 ms of CPU per PDF)."""
