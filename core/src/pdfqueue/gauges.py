@@ -13,7 +13,6 @@ over them; the API keeps them alive when the workers are scaled to zero.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from pdfqueue import metrics
+from pdfqueue.background import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,5 @@ class QueueGauges:
             self._task = asyncio.create_task(self.run(), name="pdfqueue-queue-gauges")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

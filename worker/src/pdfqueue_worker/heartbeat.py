@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from pdfqueue import keys, metrics
+from pdfqueue.background import cancel_and_wait
 from pdfqueue.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,7 @@ class Heartbeat:
         self._task = asyncio.create_task(self.run(), name="pdfqueue-heartbeat")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         with contextlib.suppress(Exception):
             await self.redis.delete(self.key)
 
