@@ -22,9 +22,9 @@ from bench import corpus
 from bench.procs import Child, Sampler, free_port, listener_pid, stop_all, wait_until
 from pdfqueue import keys
 from pdfqueue.client import Client
-from pdfqueue.db import connect, migrate
+from pdfqueue.db import connect
+from pdfqueue.provision import provision
 from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
 
 REQUIRED = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
 TOKEN = "bench-token"
@@ -100,14 +100,9 @@ class Bench:
 
     async def prepare(self) -> None:
         """Migrations and the bucket, as `pdfqueue migrate` would."""
-        settings = Settings(storage_url=self.env["PDFQUEUE_STORAGE_URL"])
-        pool = await connect(self.database_url, max_size=1)
-        async with pool.acquire() as conn:
-            await migrate(conn)
-        await pool.close()
-        store = Storage.from_settings(settings, threads=1)
-        await store.ensure_bucket()
-        store.close()
+        await provision(
+            Settings(database_url=self.database_url, storage_url=self.env["PDFQUEUE_STORAGE_URL"])
+        )
 
     async def cleanup(self) -> None:
         """Remove what this run created: objects under its prefix, its batches, its queues."""

@@ -107,24 +107,12 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from pdfqueue.db import connect, migrate
+    from pdfqueue.provision import provision
     from pdfqueue.settings import Settings
-    from pdfqueue.storage import Storage
 
-    settings = Settings()
-
-    async def run() -> None:
-        pool = await connect(settings.database_url, max_size=1)
-        async with pool.acquire() as conn:
-            applied = await migrate(conn)
-        await pool.close()
-        console.print(f"migrations applied: {', '.join(applied) or 'none (up to date)'}")
-        storage = Storage.from_settings(settings, threads=1)
-        created = await storage.ensure_bucket()
-        console.print(f"storage {storage.backend.describe()}: {'created' if created else 'ready'}")
-        storage.close()
-
-    asyncio.run(run())
+    done = asyncio.run(provision(Settings()))
+    console.print(f"migrations applied: {', '.join(done.migrations) or 'none (up to date)'}")
+    console.print(f"storage {done.storage}: {'created' if done.bucket_created else 'ready'}")
     return 0
 
 

@@ -15,10 +15,9 @@ import asyncpg
 import httpx
 from rich.console import Console
 
-from pdfqueue.db import connect, migrate
+from pdfqueue.provision import provision
 from pdfqueue.samples import build_corpus, seed_users, write_zip
 from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
 
 console = Console(stderr=True)
 DEMO_TABLE = "demo_users"  # never the host's real users table: the demo truncates it
@@ -66,13 +65,7 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
 
 
 async def _prepare(settings: Settings, files: int, zip_path: Path, *, generate: bool) -> None:
-    pool = await connect(settings.database_url, max_size=1)
-    async with pool.acquire() as conn:
-        await migrate(conn)
-    await pool.close()
-    storage = Storage.from_settings(settings, threads=1)
-    await storage.ensure_bucket()
-    storage.close()
+    await provision(settings)
     corpus = build_corpus(files, seed=42)
     conn = await asyncpg.connect(settings.database_url)
     try:
