@@ -174,11 +174,6 @@ class Settings(BaseSettings):
         """arq's hard limit per job: a backstop that a job's own deadline should never reach."""
         return self.job_timeout_s + ARQ_TIMEOUT_MARGIN_S
 
-    @cached_property
-    def in_progress_timeout_s(self) -> float:
-        """How long arq waits before re-running a job whose worker vanished."""
-        return self.arq_timeout_s + 10
-
     def check_shutdown_rule(self) -> None:
         """Refuse a completion wait that would cut running jobs off (grace > wait > timeout)."""
         if self.job_completion_wait_s <= self.arq_timeout_s:
