@@ -221,8 +221,10 @@ s3_start() {
   fi
   mkdir -p "$DIR/s3"
   # setsid: detach from the caller's process group so it survives the shell.
+  # --keep-alive: versitygw closes every connection after one response unless told otherwise,
+  # so each GET/PUT would pay a new TCP connection (AWS S3 and MinIO keep connections open).
   ROOT_ACCESS_KEY_ID="$S3_ACCESS_KEY" ROOT_SECRET_ACCESS_KEY="$S3_SECRET_KEY" \
-    setsid "$gw" --port "127.0.0.1:$S3_PORT" --region us-east-1 --quiet \
+    setsid "$gw" --port "127.0.0.1:$S3_PORT" --region us-east-1 --quiet --keep-alive \
     posix "$DIR/s3" </dev/null >>"$DIR/versitygw.log" 2>&1 &
   echo $! >"$DIR/versitygw.pid"
   local deadline=$((SECONDS + TIMEOUT))
