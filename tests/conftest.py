@@ -88,7 +88,7 @@ async def storage(settings: Settings) -> AsyncIterator[Storage]:
     store = Storage.from_settings(settings, threads=4)
     await store.ensure_bucket()
     yield store
-    store.close()
+    await store.aclose()
 
 
 @pytest.fixture

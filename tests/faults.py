@@ -165,7 +165,7 @@ async def prepare(env: dict[str, str], n: int, seed: int, logs: Path) -> Run:
     storage = Storage.from_settings(settings, threads=2)
     await storage.ensure_bucket()
     await storage.put(f"uploads/{run.batch_id}.zip", zip_path.read_bytes())
-    storage.close()
+    await storage.aclose()
     pool = await connect(settings.database_url, max_size=2)
     from redis.asyncio import Redis
 
@@ -224,7 +224,7 @@ async def check_invariants(run: Run) -> None:
         assert sorted(stored) == sorted(ours.values())  # no object outside the links
         assert sum(1 for f in run.corpus.files if f.expect is Expect.LINKED) == len(linked_rows)
     finally:
-        storage.close()
+        await storage.aclose()
         await redis.aclose()
         await conn.close()
 

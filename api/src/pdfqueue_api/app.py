@@ -93,7 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await gauges.stop()
             if publisher is not None:
                 await publisher.close()
-            storage.close()
+            await storage.aclose()
             await pool.close()
             await redis.aclose()
 

@@ -29,5 +29,5 @@ async def provision(settings: Settings) -> Provisioned:
     try:
         created = await storage.ensure_bucket()
     finally:
-        storage.close()
+        await storage.aclose()
     return Provisioned(applied, storage.backend.describe(), created)

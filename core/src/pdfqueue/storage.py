@@ -1,4 +1,8 @@
-"""Object storage: S3 through boto3, or a local folder, behind one small async interface."""
+"""Object storage: S3 through boto3, or a local folder, behind one small async interface.
+
+For S3 the per-PDF calls (ranged GET, PUT, DELETE) skip boto3 and the thread pool: see
+`pdfqueue.s3http`.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +22,10 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from pdfqueue.errors import ObjectNotFound, SourceOutsideBucket, StorageError
+from pdfqueue.s3http import NOT_FOUND_CODES, AsyncS3
 from pdfqueue.settings import Settings
 
 T = TypeVar("T")
-_NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
 
 
 class Backend(Protocol):
@@ -88,7 +92,7 @@ class S3Backend:
             return fn(Bucket=self.location.bucket, **kwargs)
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in _NOT_FOUND and key is not None:
+            if code in NOT_FOUND_CODES and key is not None:
                 raise ObjectNotFound(key) from exc
             raise StorageError(f"S3 {code or 'error'}: {exc}") from exc
         except BotoCoreError as exc:
@@ -263,11 +267,24 @@ class _FileUpload:
 
 
 class Storage:
-    """Async facade: runs the backend's blocking calls on a dedicated thread pool."""
+    """Async facade: runs the backend's blocking calls on a dedicated thread pool.
+
+    On S3, `read_range`, `put` and `delete` are native asyncio requests instead (`AsyncS3`).
+    """
 
     def __init__(self, backend: Backend, *, threads: int = 32) -> None:
         self.backend = backend
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="storage")
+        self._s3 = (
+            AsyncS3(
+                backend.client,
+                backend.location.bucket,
+                backend.location.prefix,
+                connections=threads,
+            )
+            if isinstance(backend, S3Backend)
+            else None
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings, *, threads: int = 32) -> Storage:
@@ -292,13 +309,21 @@ class Storage:
         return await self.run(self.backend.size, key)
 
     async def read_range(self, key: str, start: int, length: int) -> bytes:
+        if self._s3 is not None:
+            return await self._s3.read_range(key, start, length)
         return await self.run(self.backend.read_range, key, start, length)
 
     async def put(self, key: str, data: bytes) -> None:
-        await self.run(self.backend.put, key, data)
+        if self._s3 is not None:
+            await self._s3.put(key, data)
+        else:
+            await self.run(self.backend.put, key, data)
 
     async def delete(self, key: str) -> None:
-        await self.run(self.backend.delete, key)
+        if self._s3 is not None:
+            await self._s3.delete(key)
+        else:
+            await self.run(self.backend.delete, key)
 
     async def exists(self, key: str) -> bool:
         return await self.run(self.backend.exists, key)
@@ -325,7 +350,14 @@ class Storage:
         return full.removeprefix(here.prefix)
 
     def close(self) -> None:
+        """Stop the thread pool; inside an event loop prefer `aclose`, which does this too."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def aclose(self) -> None:
+        """Close the S3 HTTP session (if a call opened one) and stop the thread pool."""
+        if self._s3 is not None:
+            await self._s3.aclose()
+        self.close()
 
 
 class RangeReader(io.RawIOBase):

@@ -111,6 +111,6 @@ class Operator:
         for loop in self.loops:
             await loop.stop()
         await self.kube.close()
-        self.storage.close()
+        await self.storage.aclose()
         await self.pool.close()
         await self.redis.aclose()

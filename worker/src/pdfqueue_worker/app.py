@@ -70,7 +70,7 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     if deps is None:
         return
     deps.extractor.close()
-    deps.storage.close()
+    await deps.storage.aclose()
     await deps.db.pool.close()
 
 
