@@ -35,6 +35,7 @@ FAST = {
     "PDFQUEUE_EXTRACT_TIMEOUT_S": "4",
     "PDFQUEUE_EXTRACT_PROCESSES": "1",
     "PDFQUEUE_WORKER_MAX_JOBS": "8",
+    "PDFQUEUE_PDFS_PER_JOB": "5",  # more, smaller jobs: more ways for a fault to cut one
     "PDFQUEUE_WORKER_POLL_DELAY_S": "0.02",
     "PDFQUEUE_RETRY_BASE_DELAY_S": "0.5",
     "PDFQUEUE_RETRY_MAX_DELAY_S": "4",

@@ -10,7 +10,14 @@ import pytest
 
 from pdfqueue.errors import ArchiveRejected, NotAZipArchive
 from pdfqueue.storage import FileBackend
-from pdfqueue_worker.archive import Limits, MemberRejected, list_members, read_member
+from pdfqueue_worker.archive import (
+    Limits,
+    Member,
+    MemberRejected,
+    list_members,
+    plan_slices,
+    read_members,
+)
 
 LIMITS = Limits(
     max_members=50, max_member_bytes=1_000_000, max_total_bytes=5_000_000, max_ratio=100
@@ -43,8 +50,7 @@ def test_classifies_pdfs_ignored_and_metadata(tmp_path: Path) -> None:
     assert [m.name for m in listing.pdfs] == ["a.pdf", "B.PDF"]
     assert listing.ignored == [(3, "notes.txt", "not_a_pdf")]
     assert listing.total_files == 2
-    for m in listing.pdfs:
-        assert read_member(backend, "a.zip", m) == PDF
+    assert read_members(backend, "a.zip", listing.pdfs) == [PDF, PDF]
 
 
 @pytest.mark.parametrize(
@@ -125,8 +131,7 @@ def test_non_utf8_names_and_zip64(tmp_path: Path) -> None:
             fh.write(PDF)
     listing = list_members(FileBackend(tmp_path), "a.zip", LIMITS)
     assert len(listing.pdfs) == 2
-    for m in listing.pdfs:
-        assert read_member(FileBackend(tmp_path), "a.zip", m) == PDF
+    assert read_members(FileBackend(tmp_path), "a.zip", listing.pdfs) == [PDF, PDF]
 
 
 def test_truncated_archive_and_corrupt_member(tmp_path: Path) -> None:
@@ -139,9 +144,9 @@ def test_truncated_archive_and_corrupt_member(tmp_path: Path) -> None:
     broken = bytearray(good)
     broken[45:55] = b"\xff" * 10  # inside the deflate stream
     (tmp_path / "a.zip").write_bytes(bytes(broken))
-    with pytest.raises(MemberRejected) as caught:
-        read_member(backend, "a.zip", member)
-    assert caught.value.reason == "corrupt_member"
+    (caught,) = read_members(backend, "a.zip", [member])
+    assert isinstance(caught, MemberRejected)
+    assert caught.reason == "corrupt_member"
 
 
 def test_nested_zip_is_not_a_pdf(tmp_path: Path) -> None:
@@ -150,3 +155,60 @@ def test_nested_zip_is_not_a_pdf(tmp_path: Path) -> None:
         zf.writestr("x.pdf", PDF)
     listing = list_members(make_zip(tmp_path, {"inner.zip": inner.read_bytes()}), "a.zip", LIMITS)
     assert listing.ignored == [(0, "inner.zip", "not_a_pdf")]
+
+
+class CountingBackend(FileBackend):
+    """Counts ranged reads: a run of members must cost one."""
+
+    reads = 0
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        self.reads += 1
+        return super().read_range(key, start, length)
+
+
+def test_a_run_of_members_is_read_with_one_range_and_bad_ones_fail_alone(tmp_path: Path) -> None:
+    members = {f"{i:02d}.pdf": PDF + bytes([i]) for i in range(6)}
+    make_zip(tmp_path, members, compression=zipfile.ZIP_DEFLATED)
+    good = (tmp_path / "a.zip").read_bytes()
+    backend = CountingBackend(tmp_path)
+    pdfs = list_members(backend, "a.zip", LIMITS).pdfs
+    broken = bytearray(good)
+    at = pdfs[2].offset + 50  # inside the third member's deflate stream
+    broken[at : at + 8] = b"\xff" * 8
+    (tmp_path / "a.zip").write_bytes(bytes(broken))
+    backend.reads = 0
+    got = read_members(backend, "a.zip", pdfs)
+    assert backend.reads == 1
+    assert [g for i, g in enumerate(got) if i != 2] == [
+        d for i, d in enumerate(members.values()) if i != 2
+    ]
+    assert isinstance(got[2], MemberRejected)
+    assert got[2].reason == "corrupt_member"
+
+
+def test_a_local_header_longer_than_the_margin_reads_on(tmp_path: Path) -> None:
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        big = zipfile.ZipInfo("big-extra.pdf")
+        big.extra = struct.pack("<HH", 0xCAFE, 3000) + b"\0" * 3000  # past the 1 KiB margin
+        zf.writestr(big, PDF)
+        zf.writestr("next.pdf", PDF + b"2")
+    backend = FileBackend(tmp_path)
+    pdfs = list_members(backend, "a.zip", LIMITS).pdfs
+    assert read_members(backend, "a.zip", pdfs) == [PDF, PDF + b"2"]
+    assert read_members(backend, "a.zip", pdfs[:1]) == [PDF]
+
+
+def member(index: int, offset: int, size: int) -> Member:
+    return Member(index, f"{index}.pdf", offset, size, size, zipfile.ZIP_STORED, 0)
+
+
+def test_slices_are_runs_of_neighbours_bounded_in_count_and_bytes() -> None:
+    pdfs = [member(i, offset=i * 10_000, size=9_000) for i in range(10)]
+    runs = plan_slices(list(reversed(pdfs)), per_job=4, max_span_bytes=1_000_000)
+    assert [[m.index for m in r] for r in runs] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    runs = plan_slices(pdfs, per_job=4, max_span_bytes=25_000)
+    assert [[m.index for m in r] for r in runs] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    huge = [member(0, 0, 5_000_000), member(1, 5_000_100, 10)]
+    assert [len(r) for r in plan_slices(huge, per_job=16, max_span_bytes=1_000_000)] == [1, 1]

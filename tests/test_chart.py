@@ -215,7 +215,7 @@ def test_worker_replicas_belong_to_the_operator_when_autoscaling() -> None:
         "pdfqueue.io/queue": "pdfqueue:queue",
         "pdfqueue.io/min-replicas": "0",
         "pdfqueue.io/max-replicas": "10",
-        "pdfqueue.io/target-per-replica": "64",
+        "pdfqueue.io/target-per-replica": "8",
         "pdfqueue.io/scale-down-stabilization-seconds": "60",
         "pdfqueue.io/idle-cooldown-seconds": "120",
     }

@@ -9,7 +9,7 @@ import pytest
 
 from pdfqueue.samples import Expect, build_corpus, render_pdf
 from pdfqueue_worker.emails import find_emails
-from pdfqueue_worker.extract import Extractor, Unreadable
+from pdfqueue_worker.extract import Extractor, Unreadable, read_pdf
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +113,18 @@ def test_emails_in_reading_order_normalized() -> None:
     assert find_emails(text) == ["hr@formercorp.example", "jane@example.com"]
     assert find_emails("no address here, just @ signs and a@b") == []
     assert find_emails("x.y+tag@sub.domain.co.uk;") == ["x.y+tag@sub.domain.co.uk"]
+
+
+def test_reading_stops_at_the_first_page_with_an_address_and_resumes_there() -> None:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=11)
+    for line in ("no address here", "a@x.io and b@y.io", "c@z.io", "d@w.io"):
+        pdf.add_page()
+        pdf.cell(text=line)
+    data = bytes(pdf.output())
+    assert read_pdf(data, 50) == ("", ["a@x.io", "b@y.io"], 4, True, 2)
+    assert read_pdf(data, 50, start_page=2) == ("", ["c@z.io"], 4, True, 3)
+    assert read_pdf(data, 50, start_page=3) == ("", ["d@w.io"], 4, True, None)
+    assert read_pdf(data, 2) == ("", ["a@x.io", "b@y.io"], 4, True, None)  # the page limit

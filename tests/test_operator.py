@@ -180,6 +180,7 @@ async def test_source_outside_the_bucket_fails_and_a_missing_one_is_waited_for(
     assert found["status"]["batchId"]
 
 
+@pytest.mark.settings(pdfs_per_job=4)
 async def test_deleting_a_pdfbatch_cancels_its_queued_jobs_even_if_the_operator_was_down(
     kube: Cluster,
     namespace: str,
@@ -206,7 +207,7 @@ async def test_deleting_a_pdfbatch_cancels_its_queued_jobs_even_if_the_operator_
             [m async for m, _ in redis.zscan_iter(settings.queue_name, match=f"process:{batch}:*")]
         )
 
-    assert await queued(batch_id) == 12
+    assert await queued(batch_id) == 3  # 12 PDFs, 4 per job
     await kube.kubectl("delete", "pdfbatch", "cancel-me", "-n", namespace)
 
     async def cancelled(batch: str) -> bool:

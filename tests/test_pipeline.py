@@ -223,3 +223,50 @@ async def test_health_ready_openapi_page_metrics(api: httpx.AsyncClient) -> None
     assert page.status_code == 200
     assert "<form" in page.text
     assert (await api.get("/metrics")).status_code == 200
+
+
+def pages_pdf(*pages: str) -> bytes:
+    """A PDF with one line of text per page."""
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=11)
+    for line in pages:
+        pdf.add_page()
+        pdf.cell(text=line)
+    return bytes(pdf.output())
+
+
+async def test_first_address_in_reading_order_that_is_a_user_wins_across_pages(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    tmp_path: Path,
+    db: asyncpg.Connection,
+    settings: Settings,
+) -> None:
+    """Reading stops at the first page with an address; when those addresses are nobody's,
+    it reads on (and a later page's user still wins over nobody)."""
+    corpus, _ = await make_corpus(12, seed=31, mix=CLEAN)  # its users; its ZIP is not used
+    a, b, c, d = [u for u in corpus.users if u.pdf_url is None][:4]
+    path = tmp_path / "pages.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("1.pdf", pages_pdf("Referred by hr@formercorp.example", f"Mail: {a.email}"))
+        zf.writestr("2.pdf", pages_pdf(f"{b.email} or jobs@recruit.example", f"{c.email}"))
+        zf.writestr("3.pdf", pages_pdf("x@unknown.example", "y@unknown.example", "no address"))
+        zf.writestr("4.pdf", pages_pdf(f"nobody@unknown.example then {d.email.upper()}"))
+    batch_id = await upload(api, path)
+    await run_worker()
+    status = await wait_done(api, batch_id)
+    assert (status["linked"], status["skipped_no_match"]) == (3, 1)
+    files = {r["name"]: r for r in (await api.get(f"/v1/batches/{batch_id}/files")).json()}
+    assert [files[n]["user_id"] for n in ("1.pdf", "2.pdf", "4.pdf")] == [a.id, b.id, d.id]
+    assert (files["3.pdf"]["outcome"], files["3.pdf"]["reason"]) == ("skipped_no_match", "no_user")
+    linked = {
+        r["id"]
+        for r in await db.fetch(
+            f'SELECT id FROM "{settings.users_table}" WHERE pdf_url IS NOT NULL'
+        )
+    }
+    assert {a.id, b.id, d.id} <= linked
+    assert c.id not in linked

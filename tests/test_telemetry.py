@@ -23,9 +23,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
 
-from pdfqueue.samples import DECOYS, Corpus, Expect
+from pdfqueue.samples import DECOYS, Corpus
 from pdfqueue.telemetry import log_handler, redact
-from pdfqueue.tracing import BATCH_ID, MEMBER_INDEX, record_error, setup_tracing
+from pdfqueue.tracing import (
+    BATCH_ID,
+    FILE_EVENT,
+    FILES,
+    MEMBER_INDEX,
+    record_error,
+    setup_tracing,
+)
 
 STAGES = {"read", "extract", "match", "store", "claim", "record"}
 
@@ -93,6 +100,7 @@ def documents_by_outcome() -> dict[str, float]:
     return totals
 
 
+@pytest.mark.settings(pdfs_per_job=5)
 async def test_upload_is_one_trace_and_each_pdf_a_linked_trace(
     api: httpx.AsyncClient,
     make_corpus: MakeCorpus,
@@ -133,15 +141,15 @@ async def test_upload_is_one_trace_and_each_pdf_a_linked_trace(
         assert s.parent.span_id == ingest.context.span_id
     fanout_ids = {s.context.span_id for s in fanout}
 
-    # ...and each process job is a trace of its own, linked back to the fan-out.
+    # ...and each process job (5 PDFs at most) is a trace of its own, linked back to the
+    # fan-out, with an event per PDF carrying that file's outcome.
     processes = [s for s in finished if s.name == "process" and s.kind is SpanKind.CONSUMER]
-    indexes = {s.attributes[MEMBER_INDEX] for s in processes if s.attributes}
-    assert len(indexes) == len(corpus.files)
+    assert len(processes) == 4  # 16 PDFs
     children: dict[int, list[ReadableSpan]] = {}
     for s in finished:
         if s.parent is not None:
             children.setdefault(s.parent.span_id, []).append(s)
-    linked = 0
+    outcomes: dict[int, str] = {}
     for p in processes:
         assert p.attributes is not None
         assert p.attributes[BATCH_ID] == batch_id
@@ -150,15 +158,21 @@ async def test_upload_is_one_trace_and_each_pdf_a_linked_trace(
         assert len(p.links) == 1
         assert p.links[0].context.trace_id == upload_trace
         assert p.links[0].context.span_id in fanout_ids
+        files = [e.attributes for e in p.events if e.name == FILE_EVENT and e.attributes]
+        assert len(files) == p.attributes[FILES]
+        assert p.attributes[MEMBER_INDEX] == min(int(str(f[MEMBER_INDEX])) for f in files)
+        outcomes.update({int(str(f[MEMBER_INDEX])): str(f["pdfqueue.outcome"]) for f in files})
         kids = children.get(p.context.span_id, [])
         assert {k.context.trace_id for k in kids} <= {p.context.trace_id}
         names = {k.name for k in kids}
         assert names <= STAGES
         assert {"read", "record"} <= names
-        if p.attributes.get("pdfqueue.outcome") == "linked":
+        if any(f["pdfqueue.outcome"] == "linked" for f in files):
             assert {"extract", "match", "store", "claim"} <= names
-            linked += 1
-    assert linked == sum(1 for f in corpus.files if f.expect is Expect.LINKED) > 0
+    assert len(outcomes) == len(corpus.files)
+    expected = sorted(f.expect.value for f in corpus.files)
+    assert sorted(outcomes.values()) == expected
+    assert "linked" in expected
 
     # Logs: context without call sites passing it; trace ids tie them to the traces above.
     lines = [json.loads(line) for line in json_logs.getvalue().splitlines()]
@@ -170,7 +184,7 @@ async def test_upload_is_one_trace_and_each_pdf_a_linked_trace(
     arq_lines = [
         line for line in lines if line["logger"] == "arq.worker" and batch_id in line["msg"]
     ]
-    assert len(arq_lines) >= 2 * (len(corpus.files) + 1)
+    assert len(arq_lines) >= 2 * (len(processes) + 1)
     assert all(line.get("batch_id") == batch_id and "job_id" in line for line in arq_lines)
     created = next(line for line in about_batch if line["msg"] == "batch created")
     assert created["trace_id"] == trace.format_trace_id(upload_trace)

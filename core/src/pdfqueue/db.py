@@ -143,61 +143,53 @@ class Database:
             [(batch_id, i, n, r) for i, n, r in members],
         )
 
-    async def record_file(
-        self,
-        ref: FileRef,
-        outcome: Outcome,
-        reason: str | None,
-        *,
-        user_id: int | None = None,
-        sha256: str | None = None,
-    ) -> tuple[Outcome, str | None]:
-        """Store one outcome once; a retry gets back what the first try stored."""
-        stored, _ = await _record_once(
-            self.pool, ref, outcome, reason, user_id=user_id, object_key=None, sha256=sha256
+    async def record_files(
+        self, batch_id: str, rows: Sequence[FileRow]
+    ) -> dict[int, tuple[Outcome, str | None]]:
+        """Store each file's outcome once, in one statement; returns what is stored for each.
+
+        A retry gets back what the first try stored. A row that a concurrent delivery
+        committed after this statement's snapshot is read again, in a second statement.
+        """
+        if not rows:
+            return {}
+        found = await self.pool.fetch(
+            _RECORD_MANY,
+            batch_id,
+            [r.ref.index for r in rows],
+            [r.ref.name for r in rows],
+            [r.outcome.value for r in rows],
+            [r.reason for r in rows],
+            [r.user_id for r in rows],
+            [r.sha256 for r in rows],
         )
+        stored = {f["idx"]: (Outcome(f["outcome"]), f["reason"]) for f in found}
+        if missing := [r.ref.index for r in rows if r.ref.index not in stored]:
+            for f in await self.pool.fetch(_READ_FILES, batch_id, missing):
+                stored[f["idx"]] = (Outcome(f["outcome"]), f["reason"])
         return stored
 
     async def claim(
         self, ref: FileRef, *, user_id: int, object_key: str, sha256: str
     ) -> tuple[Outcome, str | None]:
-        """Link the user to the object only if nobody has, and record the file, atomically.
+        """Link the user to the object only if nobody has, and record the file: one statement.
 
         The user's row is locked first, so racing workers decide on its committed value:
         one links, the others see that link (`duplicate` when it is the same content, else
         `already_linked`). A retry after a crash finds its own earlier row and claims nothing.
         """
-        users = quote_ident(self.users_table)
-        async with self.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(
-                f"SELECT u.pdf_url, f.outcome, f.reason FROM {users} u"
-                f" LEFT JOIN pdfqueue_files f ON f.batch_id = $1 AND f.idx = $2"
-                f" WHERE u.id = $3 FOR UPDATE OF u",
-                ref.batch_id,
-                ref.index,
-                user_id,
-            )
-            if row is not None and row["outcome"] is not None:
-                return Outcome(row["outcome"]), row["reason"]
-            current = row["pdf_url"] if row is not None else None
-            if row is None:  # the user was deleted meanwhile
-                outcome, reason = Outcome.SKIPPED_NO_MATCH, "no_user"
-            elif current is None:
-                outcome, reason = Outcome.LINKED, None
-            else:
-                outcome = Outcome.SKIPPED_ALREADY_EXISTS
-                reason = "duplicate" if current == object_key else "already_linked"
-            # The row goes in first: if a second delivery of this job already wrote one, the
-            # insert does nothing and neither does the claim.
-            key = object_key if outcome is Outcome.LINKED else None
-            stored, inserted = await _record_once(
-                conn, ref, outcome, reason, user_id=user_id, object_key=key, sha256=sha256
-            )
-            if inserted and outcome is Outcome.LINKED:
-                await conn.execute(
-                    f"UPDATE {users} SET pdf_url = $2 WHERE id = $1", user_id, object_key
-                )
-        return stored
+        row = await self.pool.fetchrow(
+            _CLAIM.format(users=quote_ident(self.users_table)),
+            ref.batch_id,
+            ref.index,
+            ref.name,
+            user_id,
+            object_key,
+            sha256,
+        )
+        if row is None:  # a second delivery committed this file's row after our snapshot
+            row = await self.pool.fetchrow(_READ_FILES, ref.batch_id, [ref.index])
+        return Outcome(row["outcome"]), row["reason"]
 
     async def files(self, batch_id: str, *, after: int = -1, limit: int = 1000) -> list[FileResult]:
         rows = await self.pool.fetch(
@@ -227,40 +219,66 @@ class Database:
         return {r["email"]: UserRow(r["id"], r["email"], r["pdf_url"]) for r in rows}
 
 
-_RECORD_ONCE = (
-    "WITH ins AS (INSERT INTO pdfqueue_files"
-    " (batch_id, idx, name, outcome, reason, user_id, object_key, sha256)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"
-    " RETURNING outcome, reason, true AS inserted)"
-    " SELECT * FROM ins UNION ALL SELECT outcome, reason, false FROM pdfqueue_files"
-    " WHERE batch_id = $1 AND idx = $2 AND NOT EXISTS (SELECT 1 FROM ins)"
+@dataclass(frozen=True)
+class FileRow:
+    """One file's outcome as the worker decided it, before it is stored."""
+
+    ref: FileRef
+    outcome: Outcome
+    reason: str | None = None
+    user_id: int | None = None
+    sha256: str | None = None
+
+
+_RECORD_MANY = """
+WITH r AS (
+    SELECT * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[])
+        AS r (idx, name, outcome, reason, user_id, sha256)
+), ins AS (
+    INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason, user_id, sha256)
+    SELECT $1, idx, name, outcome, reason, user_id, sha256 FROM r
+    ON CONFLICT DO NOTHING
+    RETURNING idx, outcome, reason
+)
+SELECT idx, outcome, reason FROM ins
+UNION ALL
+SELECT f.idx, f.outcome, f.reason FROM pdfqueue_files f
+WHERE f.batch_id = $1 AND f.idx IN (SELECT idx FROM r) AND f.idx NOT IN (SELECT idx FROM ins)
+"""
+
+_READ_FILES = (
+    "SELECT idx, outcome, reason FROM pdfqueue_files WHERE batch_id = $1 AND idx = ANY($2::int[])"
 )
 
-
-async def _record_once(
-    conn: asyncpg.Pool | asyncpg.Connection,
-    ref: FileRef,
-    outcome: Outcome,
-    reason: str | None,
-    *,
-    user_id: int | None,
-    object_key: str | None,
-    sha256: str | None,
-) -> tuple[tuple[Outcome, str | None], bool]:
-    """Insert the file's row unless one exists; (the stored outcome and reason, inserted?)."""
-    row = await conn.fetchrow(
-        _RECORD_ONCE,
-        ref.batch_id,
-        ref.index,
-        ref.name,
-        outcome.value,
-        reason,
-        user_id,
-        object_key,
-        sha256,
-    )
-    return (Outcome(row["outcome"]), row["reason"]), bool(row["inserted"])
-
+# $1 batch, $2 index, $3 name, $4 user id, $5 object key, $6 sha256. `u` locks the user's row
+# and, having waited for it, reads its latest committed pdf_url; the file's row goes in first,
+# and only a row that went in (not a retry's second delivery) links the user.
+_CLAIM = """
+WITH u AS (
+    SELECT pdf_url FROM {users} WHERE id = $4 FOR UPDATE
+), d AS (
+    SELECT
+        CASE WHEN NOT EXISTS (SELECT 1 FROM u) THEN 'skipped_no_match'
+             WHEN (SELECT pdf_url FROM u) IS NULL THEN 'linked'
+             ELSE 'skipped_already_exists' END AS outcome,
+        CASE WHEN NOT EXISTS (SELECT 1 FROM u) THEN 'no_user'
+             WHEN (SELECT pdf_url FROM u) IS NULL THEN NULL
+             WHEN (SELECT pdf_url FROM u) = $5 THEN 'duplicate'
+             ELSE 'already_linked' END AS reason
+), ins AS (
+    INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason, user_id, object_key, sha256)
+    SELECT $1, $2, $3, outcome, reason, $4, CASE WHEN outcome = 'linked' THEN $5 END, $6 FROM d
+    ON CONFLICT DO NOTHING
+    RETURNING outcome, reason
+), linked AS (
+    UPDATE {users} SET pdf_url = $5 WHERE id = $4 AND EXISTS (
+        SELECT 1 FROM ins WHERE outcome = 'linked')
+)
+SELECT outcome, reason FROM ins
+UNION ALL
+SELECT outcome, reason FROM pdfqueue_files
+WHERE batch_id = $1 AND idx = $2 AND NOT EXISTS (SELECT 1 FROM ins)
+"""
 
 _FILE_COLUMNS = ("name", "outcome", "reason", "user_id", "object_key", "sha256")
 

@@ -108,7 +108,7 @@ DOCUMENTS = Counter(
 )
 STAGE_DURATION = Histogram(
     "pdfqueue_stage_duration_seconds",
-    "Duration of one step of processing a PDF.",
+    "Duration of one step of a process job, for all of its PDFs at once.",
     ["stage"],
     buckets=_LATENCY_BUCKETS,
     registry=None,

@@ -36,12 +36,13 @@ def observed_job(function: str, *, link: bool) -> Callable[[Task], Task]:
         async def wrapper(ctx: dict[str, Any], **kwargs: Any) -> Any:
             carrier = kwargs.pop("trace", None)
             batch_id = kwargs.get("batch_id")
-            member = kwargs.get("member")
+            members = kwargs.get("members")
             attributes: dict[str, Any] = {"pdfqueue.job_try": ctx.get("job_try", 1)}
             if batch_id:
                 attributes[tracing.BATCH_ID] = batch_id
-            if isinstance(member, dict) and "index" in member:
-                attributes[tracing.MEMBER_INDEX] = member["index"]
+            if isinstance(members, list) and members:
+                attributes[tracing.MEMBER_INDEX] = members[0]["index"]
+                attributes[tracing.FILES] = len(members)
             started = time.perf_counter()
             result = "error"
             with (
@@ -80,8 +81,8 @@ def observed_job(function: str, *, link: bool) -> Callable[[Task], Task]:
 
 @contextmanager
 def stage(name: str) -> Iterator[Span]:
-    """One step of processing a PDF: a child span and a `pdfqueue_stage_duration_seconds`
-    observation, also when the step fails."""
+    """One step of a process job (for all of its PDFs at once): a child span and a
+    `pdfqueue_stage_duration_seconds` observation, also when the step fails."""
     started = time.perf_counter()
     try:
         with tracing.span(name) as current:

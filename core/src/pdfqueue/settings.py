@@ -82,8 +82,13 @@ class Settings(BaseSettings):
     # --- worker -------------------------------------------------------------------------------
     queue_name: str = "pdfqueue:queue"
     """The arq queue (a Redis sorted set)."""
-    worker_max_jobs: int = 32
-    """Jobs one worker runs at once (most of their time is spent waiting on I/O)."""
+    worker_max_jobs: int = 4
+    """Jobs one worker runs at once; with `pdfs_per_job` this bounds the PDFs in flight
+    (64 by default), enough to keep a parser busy while others wait on I/O."""
+    pdfs_per_job: int = Field(default=16, ge=1, le=1000)
+    """PDFs one `process` job handles: neighbours in the ZIP, read with one ranged GET and
+    matched with one query. Each still gets its own outcome, and a retry redoes only the
+    PDFs without one."""
     worker_poll_delay_s: float = 0.05
     """How often an idle worker asks Redis for ready jobs (arq's default 0.5 s caps throughput)."""
     extract_processes: int = 0

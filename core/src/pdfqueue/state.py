@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
@@ -100,18 +100,33 @@ class BatchState:
         )
         return BatchStatus(_text(status)) if status else None
 
-    async def record(self, batch_id: str, index: int, outcome: Outcome) -> tuple[Recorded, str]:
-        code, status = await self.redis.eval(  # type: ignore[misc]
-            _RECORD,
-            2,
-            keys.batch(batch_id),
-            keys.outcomes(batch_id),
-            str(index),
-            outcome.value,
-            str(self.ttl_s),
-            utcnow().isoformat(),
+    async def record(
+        self, batch_id: str, outcomes: Sequence[tuple[int, Outcome]]
+    ) -> tuple[list[Recorded], str]:
+        """Record (file index, outcome) pairs once each, in one script call.
+
+        Returns a code per pair and the batch status after them; every code is MISSING
+        when the live state has expired.
+        """
+        argv = [str(self.ttl_s), utcnow().isoformat()]
+        for index, outcome in outcomes:
+            argv += [str(index), outcome.value]
+        status, *codes = await self.redis.eval(  # type: ignore[misc]
+            _RECORD, 2, keys.batch(batch_id), keys.outcomes(batch_id), *argv
         )
-        return Recorded(int(code)), _text(status)
+        if not status:
+            return [Recorded.MISSING] * len(outcomes), ""
+        return [Recorded(int(c)) for c in codes], _text(status)
+
+    async def unrecorded(self, batch_id: str, indexes: Sequence[int]) -> list[int]:
+        """Those of `indexes` without an outcome yet (what a retried job still has to do)."""
+        if not indexes:
+            return []
+        done = await cast(
+            Awaitable[list[bytes | None]],
+            self.redis.hmget(keys.outcomes(batch_id), [str(i) for i in indexes]),
+        )
+        return [i for i, d in zip(indexes, done, strict=True) if d is None]
 
     async def set_status(
         self, batch_id: str, status: BatchStatus, error: str | None = None

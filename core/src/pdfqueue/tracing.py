@@ -29,6 +29,10 @@ from pdfqueue.telemetry import redact
 TRACER = trace.get_tracer("pdfqueue")
 BATCH_ID = "pdfqueue.batch_id"
 MEMBER_INDEX = "pdfqueue.member_index"
+"""On a process job: the index of its first ZIP member; on a file event: that file's."""
+FILES = "pdfqueue.files"
+"""How many PDFs a process job handles."""
+FILE_EVENT = "pdfqueue.file"
 
 Carrier = dict[str, str]
 """W3C trace context as a JSON-able dict (`traceparent`, maybe `tracestate`)."""
@@ -77,6 +81,14 @@ def annotate(**attributes: str | int | None) -> None:
     for name, value in attributes.items():
         if value is not None:
             span.set_attribute(f"pdfqueue.{name}", value)
+
+
+def file_event(index: int, outcome: str, reason: str | None) -> None:
+    """One file's outcome, as an event on the current (process job) span."""
+    attributes: dict[str, str | int] = {MEMBER_INDEX: index, "pdfqueue.outcome": outcome}
+    if reason is not None:
+        attributes["pdfqueue.reason"] = reason
+    trace.get_current_span().add_event(FILE_EVENT, attributes)
 
 
 @contextmanager

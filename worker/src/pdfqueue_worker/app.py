@@ -28,6 +28,8 @@ from pdfqueue_worker.tasks import ingest, process
 log = logging.getLogger(__name__)
 SPARE_TRIES = 3
 """arq tries beyond max_tries, in which a job only records its failure (see tasks.process)."""
+STORAGE_CONNECTIONS = 16
+"""Concurrent S3 requests per worker: a job stores its PDFs at once, up to 16 by default."""
 
 
 async def startup(ctx: dict[str, Any]) -> None:
@@ -39,13 +41,14 @@ async def startup(ctx: dict[str, Any]) -> None:
     if problems and settings.redis_strict:
         msg = "refusing to start (PDFQUEUE_REDIS_STRICT): " + "; ".join(problems)
         raise RuntimeError(msg)
-    pool = await connect(settings.database_url, max_size=settings.worker_max_jobs // 2 + 2)
+    # A job claims its PDFs concurrently: connections and S3 requests scale with it.
+    pool = await connect(settings.database_url, max_size=settings.worker_max_jobs + 4)
     ctx["deps"] = Deps(
         settings=settings,
         redis=redis,
         state=BatchState(redis, settings.batch_ttl_s),
         db=Database(pool, settings.users_table),
-        storage=Storage.from_settings(settings, threads=settings.worker_max_jobs),
+        storage=Storage.from_settings(settings, threads=STORAGE_CONNECTIONS),
         extractor=Extractor(
             processes=settings.extract_processes,
             timeout_s=settings.extract_timeout_s,

@@ -1,4 +1,4 @@
-"""Reading uploaded ZIPs safely: listing members with limits, and reading one member by range."""
+"""Reading uploaded ZIPs safely: listing members with limits, reading runs of them by range."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ class Member:
     size: int
     method: int
     crc: int
+
+    @property
+    def end(self) -> int:
+        """Where a read of this member may stop: its data plus room for the local header."""
+        return self.offset + _LOCAL_HEADER.size + _NAME_MARGIN + self.compressed_size
 
     def to_job(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,20 +147,80 @@ def _reject_overlaps(infos: list[zipfile.ZipInfo]) -> None:
             raise ArchiveRejected(msg)
 
 
-def read_member(backend: Backend, key: str, m: Member) -> bytes:
-    """The uncompressed bytes of one member, fetched by range and checked against its CRC."""
-    want = _LOCAL_HEADER.size + _NAME_MARGIN + m.compressed_size
-    buf = backend.read_range(key, m.offset, want)
-    if len(buf) < _LOCAL_HEADER.size or buf[:4] != zipfile.stringFileHeader:
+def plan_slices(pdfs: list[Member], per_job: int, max_span_bytes: int) -> list[list[Member]]:
+    """Runs of consecutive members for one job each, so one ranged GET reads them all.
+
+    A run ends at `per_job` members, or before its byte span (data and whatever lies between)
+    would pass `max_span_bytes`; a member bigger than that is a run of its own.
+    """
+    runs: list[list[Member]] = []
+    for m in sorted(pdfs, key=lambda m: m.offset):
+        run = runs[-1] if runs else None
+        if run and len(run) < per_job and m.end - run[0].offset <= max_span_bytes:
+            run.append(m)
+        else:
+            runs.append([m])
+    return runs
+
+
+def member_span(members: list[Member]) -> tuple[int, int]:
+    """(offset, length) of the one ranged read that covers `members`."""
+    start = min(m.offset for m in members)
+    return start, max(m.end for m in members) - start
+
+
+def decode_members(
+    backend: Backend, key: str, members: list[Member], data: bytes
+) -> list[bytes | MemberRejected]:
+    """Each member's bytes, or why it cannot be read, from `data` read at `member_span`."""
+    start, length = member_span(members)
+    span = _Span(backend, key, start, data, at_end=len(data) < length)
+    out: list[bytes | MemberRejected] = []
+    for m in members:
+        try:
+            out.append(_decode(span, m))
+        except MemberRejected as exc:
+            out.append(exc)
+    return out
+
+
+def read_members(backend: Backend, key: str, members: list[Member]) -> list[bytes | MemberRejected]:
+    """`decode_members` after reading their span (blocking)."""
+    start, length = member_span(members)
+    return decode_members(backend, key, members, backend.read_range(key, start, length))
+
+
+@dataclass(frozen=True)
+class _Span:
+    """Bytes read from `offset` on; a read running past them fetches the rest by range,
+    unless the object already ended there (a truncated archive reads short, as a file would)."""
+
+    backend: Backend
+    key: str
+    offset: int
+    data: bytes
+    at_end: bool
+
+    def read(self, offset: int, length: int) -> bytes:
+        lo = offset - self.offset
+        have = self.data[lo : lo + length]
+        if len(have) < length and not self.at_end:
+            have += self.backend.read_range(self.key, offset + len(have), length - len(have))
+        return have
+
+
+def _decode(span: _Span, m: Member) -> bytes:
+    """The uncompressed bytes of one member, checked against its size and CRC."""
+    header = span.read(m.offset, _LOCAL_HEADER.size)
+    if len(header) < _LOCAL_HEADER.size or header[:4] != zipfile.stringFileHeader:
         raise MemberRejected("corrupt_member", f"{m.name!r}: no local header at its offset")
-    fields = _LOCAL_HEADER.unpack(buf[: _LOCAL_HEADER.size])
+    fields = _LOCAL_HEADER.unpack(header)
     start = (
-        _LOCAL_HEADER.size
+        m.offset
+        + _LOCAL_HEADER.size
         + fields[zipfile._FH_FILENAME_LENGTH]
         + fields[zipfile._FH_EXTRA_FIELD_LENGTH]
     )
-    if start + m.compressed_size > len(buf):
-        buf += backend.read_range(key, m.offset + len(buf), start + m.compressed_size - len(buf))
     info = zipfile.ZipInfo(m.name)
     info.compress_type, info.compress_size, info.file_size, info.CRC = (
         m.method,
@@ -163,7 +228,7 @@ def read_member(backend: Backend, key: str, m: Member) -> bytes:
         m.size,
         m.crc,
     )
-    raw = io.BytesIO(buf[start : start + m.compressed_size])
+    raw = io.BytesIO(span.read(start, m.compressed_size))
     try:
         with zipfile.ZipExtFile(raw, "r", info) as fh:
             data = fh.read(m.size + 1)

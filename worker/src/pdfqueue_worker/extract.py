@@ -29,8 +29,12 @@ class Unreadable(Exception):
 @dataclass(frozen=True)
 class Extraction:
     emails: list[str]
+    """Candidate addresses in reading order, from the pages read."""
     pages: int
     has_text: bool
+    next_page: int | None = None
+    """Where reading stopped early, at the end of the first page with an address; None when
+    every page (up to the limit) was read."""
 
 
 def _limit_memory(max_bytes: int) -> None:
@@ -39,26 +43,33 @@ def _limit_memory(max_bytes: int) -> None:
     logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
-def read_pdf(data: bytes, max_pages: int) -> tuple[str, list[str], int, bool]:
-    """Runs in a pool process. Returns (error reason or "", emails, pages, has_text)."""
+def read_pdf(
+    data: bytes, max_pages: int, start_page: int = 0
+) -> tuple[str, list[str], int, bool, int | None]:
+    """Runs in a pool process: pages from `start_page` on, up to the first page with an
+    address, which is page one for nearly every résumé (reading the rest would double the
+    cost). Returns (error reason or "", emails, pages, has_text, next page or None)."""
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
-            return "encrypted", [], 0, False
+            return "encrypted", [], 0, False, None
         emails: list[str] = []
         has_text = False
         pages = len(reader.pages)
-        for page in reader.pages[:max_pages]:
-            text = page.extract_text()
+        last = min(pages, max_pages)
+        for number in range(start_page, last):
+            text = reader.pages[number].extract_text()
             has_text = has_text or bool(text.strip())
             emails.extend(e for e in find_emails(text) if e not in emails)
+            if emails and number + 1 < last:
+                return "", emails, pages, has_text, number + 1
     except (FileNotDecryptedError, DependencyError):
-        return "encrypted", [], 0, False
+        return "encrypted", [], 0, False, None
     except (LimitReachedError, MemoryError):
-        return "too_large", [], 0, False
+        return "too_large", [], 0, False, None
     except Exception:  # any parser failure on hostile input: this file is unreadable
-        return "unreadable", [], 0, False
-    return "", emails, pages, has_text
+        return "unreadable", [], 0, False, None
+    return "", emails, pages, has_text, None
 
 
 def _forkserver() -> multiprocessing.context.ForkServerContext:
@@ -91,10 +102,13 @@ class Extractor:
             context=_forkserver(),
         )
 
-    async def extract(self, data: bytes) -> Extraction:
-        future = self.pool.schedule(read_pdf, args=(data, self.max_pages), timeout=self.timeout_s)
+    async def extract(self, data: bytes, start_page: int = 0) -> Extraction:
+        """Read up to the first page with an address; `start_page` continues from there."""
+        future = self.pool.schedule(
+            read_pdf, args=(data, self.max_pages, start_page), timeout=self.timeout_s
+        )
         try:
-            reason, emails, pages, has_text = await asyncio.wrap_future(future)
+            reason, emails, pages, has_text, next_page = await asyncio.wrap_future(future)
         except FutureTimeout as exc:
             raise Unreadable("timeout", f"parsing took over {self.timeout_s:g}s") from exc
         except ProcessExpired as exc:
@@ -104,7 +118,7 @@ class Extractor:
             raise
         if reason:
             raise Unreadable(reason)
-        return Extraction(emails, pages, has_text)
+        return Extraction(emails, pages, has_text, next_page)
 
     def close(self) -> None:
         self.pool.stop()

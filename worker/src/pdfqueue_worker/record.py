@@ -1,15 +1,17 @@
-"""Recording one file's outcome: durable row first, then the once-only Redis counters."""
+"""Recording files' outcomes: durable rows first, then the once-only Redis counters."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pdfqueue import metrics
+from pdfqueue.db import FileRow
 from pdfqueue.models import BatchStatus, FileRef, Outcome
 from pdfqueue.observe import stage
 from pdfqueue.state import Recorded
-from pdfqueue.tracing import annotate
+from pdfqueue.tracing import file_event
 from pdfqueue_worker.deps import Deps
 
 log = logging.getLogger(__name__)
@@ -31,31 +33,37 @@ def failed(reason: str) -> Decision:
     return Decision(Outcome.FAILED, reason)
 
 
-async def record(deps: Deps, ref: FileRef, decision: Decision) -> Outcome:
-    """Record the file's outcome exactly once; returns the outcome that counts.
+async def record(deps: Deps, batch_id: str, decided: Mapping[FileRef, Decision]) -> list[Outcome]:
+    """Record each file's outcome exactly once; returns the outcomes that count, in order.
 
-    PostgreSQL is written first: a crash between the two writes leaves a row that the retry
-    finds, so the retry reports the same outcome and the Redis script counts it once.
+    PostgreSQL is written first: a crash between the two writes leaves rows that the retry
+    finds, so the retry reports the same outcomes and the Redis script counts each once.
     """
-    outcome = decision.outcome
-    if not decision.stored:
-        outcome, _ = await deps.db.record_file(
-            ref, outcome, decision.reason, user_id=decision.user_id, sha256=decision.sha256
-        )
+    rows = [
+        FileRow(ref, d.outcome, d.reason, d.user_id, d.sha256)
+        for ref, d in decided.items()
+        if not d.stored
+    ]
+    stored = await deps.db.record_files(batch_id, rows)
+    outcomes = [
+        stored[ref.index][0] if ref.index in stored else d.outcome for ref, d in decided.items()
+    ]
+    pairs = [(ref.index, o) for ref, o in zip(decided, outcomes, strict=True)]
     with stage("record"):
-        code, status = await deps.state.record(ref.batch_id, ref.index, outcome)
-        if code is Recorded.MISSING:
-            await restore(deps, ref.batch_id)
-            code, status = await deps.state.record(ref.batch_id, ref.index, outcome)
-    annotate(outcome=outcome.value, reason=decision.reason)
-    if code in (Recorded.COUNTED, Recorded.COMPLETED_BATCH):
-        metrics.document_counted(outcome, decision.reason)
+        codes, status = await deps.state.record(batch_id, pairs)
+        if Recorded.MISSING in codes:
+            await restore(deps, batch_id)
+            codes, status = await deps.state.record(batch_id, pairs)
+    for (ref, d), outcome, code in zip(decided.items(), outcomes, codes, strict=True):
+        file_event(ref.index, outcome.value, d.reason)
+        if code in (Recorded.COUNTED, Recorded.COMPLETED_BATCH):
+            metrics.document_counted(outcome, d.reason)
     if status == BatchStatus.COMPLETED.value:
-        await deps.db.finish_batch(ref.batch_id, BatchStatus.COMPLETED)
-        if code is Recorded.COMPLETED_BATCH:
+        await deps.db.finish_batch(batch_id, BatchStatus.COMPLETED)
+        if Recorded.COMPLETED_BATCH in codes:
             metrics.batch_entered(BatchStatus.COMPLETED)
-            log.info("batch completed", extra={"batch_id": ref.batch_id})
-    return outcome
+            log.info("batch completed", extra={"batch_id": batch_id})
+    return outcomes
 
 
 async def restore(deps: Deps, batch_id: str) -> None:

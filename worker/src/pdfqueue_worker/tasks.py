@@ -1,4 +1,4 @@
-"""The two arq tasks: `ingest` (a ZIP into per-PDF jobs) and `process` (one PDF)."""
+"""The two arq tasks: `ingest` (a ZIP into jobs) and `process` (a run of its PDFs)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Any
@@ -14,18 +15,30 @@ from arq import Retry
 from arq.constants import retry_key_prefix
 
 from pdfqueue import keys, metrics
+from pdfqueue.db import UserRow
 from pdfqueue.errors import PermanentError, transient_reason
 from pdfqueue.models import TERMINAL, BatchStatus, FileRef, Outcome
 from pdfqueue.observe import observed_job, stage
 from pdfqueue.queue import Job, enqueue_chunked
-from pdfqueue_worker.archive import Member, MemberRejected, list_members, read_member
+from pdfqueue_worker.archive import (
+    Member,
+    MemberRejected,
+    decode_members,
+    list_members,
+    member_span,
+    plan_slices,
+)
 from pdfqueue_worker.deps import Deps
-from pdfqueue_worker.extract import Unreadable
+from pdfqueue_worker.extract import Extraction, Unreadable
 from pdfqueue_worker.record import Decision, failed, record, restore
 
 log = logging.getLogger(__name__)
 NO_MATCH = Outcome.SKIPPED_NO_MATCH
 PDF_MAGIC_WINDOW = 1024  # the PDF spec lets junk precede %PDF- within the first KiB
+RECORD_RESERVE_S = 4.0
+"""Of a job's deadline, what is kept for matching, storing, claiming and recording."""
+SLICE_MAX_SPAN_BYTES = 16 * 1024**2
+"""Most bytes one process job reads at once (more only for a single member that big)."""
 
 Task = Callable[..., Awaitable[Any]]
 
@@ -110,22 +123,27 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
         metrics.batch_entered(BatchStatus.COMPLETED)
     else:
         metrics.batch_entered(BatchStatus.PROCESSING)
-    for index, name, why in listing.rejected:
-        await record(deps, FileRef(batch_id, index, name), failed(why.reason))
+    if listing.rejected:
+        rejected = {
+            FileRef(batch_id, i, name): failed(why.reason) for i, name, why in listing.rejected
+        }
+        await record(deps, batch_id, rejected)
+    slices = plan_slices(listing.pdfs, deps.settings.pdfs_per_job, SLICE_MAX_SPAN_BYTES)
     jobs = (
         Job(
-            keys.process_job(batch_id, m.index),
+            keys.process_job(batch_id, run[0].index),
             "process",
-            {"batch_id": batch_id, "source": source, "member": m.to_job()},
+            {"batch_id": batch_id, "source": source, "members": [m.to_job() for m in run]},
         )
-        for m in listing.pdfs
+        for run in slices
     )
     added = await enqueue_chunked(
         deps.redis, deps.settings.queue_name, jobs, deps.settings.enqueue_chunk
     )
     log.info(
-        "ingested %d PDFs (%d new jobs), %d rejected, %d ignored",
+        "ingested %d PDFs in %d jobs (%d new), %d rejected, %d ignored",
         len(listing.pdfs),
+        len(slices),
         added,
         len(listing.rejected),
         len(listing.ignored),
@@ -137,61 +155,163 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
 @observed_job("process", link=True)
 @keeps_try_on_shutdown
 async def process(
-    ctx: dict[str, Any], *, batch_id: str, source: str, member: dict[str, Any]
+    ctx: dict[str, Any], *, batch_id: str, source: str, members: list[dict[str, Any]]
 ) -> str:
-    """Read one PDF, find its user, store it, claim the user, record exactly one outcome.
+    """Read a run of PDFs, find their users, store them, claim the users, record outcomes.
 
+    Each file gets exactly one outcome; a retry only does the files still without one.
     Tries 1..max_tries do the work; any error but bad input retries with backoff. Past
     max_tries (arq allows a few more) a try only records `failed` with the last error, so
     the batch always finishes even when a PDF keeps killing its worker.
 
     The job's own deadline (job_timeout_s) turns an overloaded or stuck try into a retry:
     arq's hard timeout, a few seconds later, would end the job with no outcome at all.
+    Parsing gets the deadline less RECORD_RESERVE_S: files parsed by then are finished and
+    recorded, the rest wait for the next try, so every try makes progress.
     """
     deps: Deps = ctx["deps"]
-    m = Member(**member)
     try:
         async with asyncio.timeout(deps.settings.job_timeout_s):
+            parse_until = asyncio.get_running_loop().time() + max(
+                deps.settings.job_timeout_s - RECORD_RESERVE_S, deps.settings.job_timeout_s / 2
+            )
             if await deps.state.status(batch_id) is BatchStatus.CANCELLED:
                 return "cancelled"
-            ref = FileRef(batch_id, m.index, m.name)
-            if ctx["job_try"] <= deps.settings.max_tries:
-                decision = await _process(deps, ref, source, m)
-            else:
-                decision = failed(await _last_error(deps, ctx))
-            outcome = await record(deps, ref, decision)
+            todo = await _unrecorded(deps, batch_id, [Member(**m) for m in members])
+            if not todo:
+                return "nothing to do"  # a second delivery after every file was recorded
+            if ctx["job_try"] > deps.settings.max_tries:
+                reason = await _last_error(deps, ctx)
+                await record(deps, batch_id, {_ref(batch_id, m): failed(reason) for m in todo})
+                return f"{len(todo)} failed: {reason}"
+            decided = await _process(deps, batch_id, source, todo, parse_until)
+            outcomes = await record(deps, batch_id, decided)
+            if len(decided) < len(todo):
+                raise TimeoutError(f"{len(todo) - len(decided)} PDFs were not parsed in time")
     except Exception as exc:
         raise await _retry_later(deps, ctx, exc) from exc
-    return outcome.value
+    return ", ".join(f"{n} {o.value}" for o, n in Counter(outcomes).items())
 
 
-async def _process(deps: Deps, ref: FileRef, source: str, m: Member) -> Decision:
-    """Read, parse and match one PDF; the claim is the only write besides the recording."""
-    try:
-        with stage("read"):
-            data = await deps.storage.run(read_member, deps.storage.backend, source, m)
-        if b"%PDF-" not in data[:PDF_MAGIC_WINDOW]:
-            return failed("not_a_pdf")
-        with stage("extract") as span:
-            found = await deps.extractor.extract(data)
-            span.set_attribute("pdfqueue.pages", found.pages)
-            span.set_attribute("pdfqueue.email_candidates", len(found.emails))  # a count only
-    except (MemberRejected, Unreadable) as exc:
-        return failed(exc.reason)
-    if not found.emails:
-        return failed("no_text") if not found.has_text else Decision(NO_MATCH, "no_email")
+def _ref(batch_id: str, m: Member) -> FileRef:
+    return FileRef(batch_id, m.index, m.name)
 
-    with stage("match"):
-        users = await deps.db.users_by_email(found.emails)
-        user = next((users[e] for e in found.emails if e in users), None)
-    if user is None:
+
+async def _unrecorded(deps: Deps, batch_id: str, members: list[Member]) -> list[Member]:
+    left = set(await deps.state.unrecorded(batch_id, [m.index for m in members]))
+    return [m for m in members if m.index in left]
+
+
+async def _process(
+    deps: Deps, batch_id: str, source: str, members: list[Member], parse_until: float
+) -> dict[FileRef, Decision]:
+    """Decide an outcome for each file, in steps that each serve the whole run at once.
+
+    Read: one ranged GET. Extract: every PDF in the parsing pool, up to its first page with
+    an address. Match: one query for all those addresses; a file whose addresses are nobody's
+    reads on and matches again. Then each file that found a user is stored and claimed. The
+    claim is the only write besides the recording. Files not parsed by `parse_until` are
+    left out.
+    """
+    decided: dict[FileRef, Decision] = {}
+    pdfs: dict[FileRef, bytes] = {}
+    with stage("read"):
+        data = await deps.storage.read_range(source, *member_span(members))
+        # decompressing runs off the event loop; a long local header may read a little more
+        read = await deps.storage.run(decode_members, deps.storage.backend, source, members, data)
+    for m, content in zip(members, read, strict=True):
+        ref = _ref(batch_id, m)
+        if isinstance(content, MemberRejected):
+            decided[ref] = failed(content.reason)
+        elif b"%PDF-" not in content[:PDF_MAGIC_WINDOW]:
+            decided[ref] = failed("not_a_pdf")
+        else:
+            pdfs[ref] = content
+    matched, unmatched = await _match(deps, pdfs, parse_until)
+    decided.update(unmatched)
+    linked = [_link(deps, ref, user, pdfs[ref]) for ref, user in matched.items()]
+    decided.update(await asyncio.gather(*linked))
+    return decided
+
+
+async def _match(
+    deps: Deps, pdfs: dict[FileRef, bytes], parse_until: float
+) -> tuple[dict[FileRef, UserRow], dict[FileRef, Decision]]:
+    """Each PDF's user: the first address in reading order that is a user's; else why not.
+
+    Parsing stops at the first page with an address. A file whose addresses so far match
+    nobody reads on from there, and its new addresses are matched in the next round.
+    """
+    matched: dict[FileRef, UserRow] = {}
+    unmatched: dict[FileRef, Decision] = {}
+    page = dict.fromkeys(pdfs, 0)  # where each file's next read starts
+    while page:
+        with stage("extract"):
+            extracted = await _extract_all(deps, pdfs, page, parse_until)
+        found: dict[FileRef, Extraction] = {}
+        for ref, result in extracted.items():
+            if isinstance(result, Extraction) and result.emails:
+                found[ref] = result
+            else:
+                unmatched[ref] = _no_address(result, read_on=page[ref] > 0)
+        page = {}
+        if not found:
+            break
+        with stage("match"):
+            wanted = sorted({e for extraction in found.values() for e in extraction.emails})
+            users = await deps.db.users_by_email(wanted)
+        for ref, extraction in found.items():
+            user = next((users[e] for e in extraction.emails if e in users), None)
+            if user is not None:
+                matched[ref] = user
+            elif extraction.next_page is not None:
+                page[ref] = extraction.next_page
+            else:
+                unmatched[ref] = Decision(NO_MATCH, "no_user")
+    return matched, unmatched
+
+
+def _no_address(result: Extraction | Unreadable, *, read_on: bool) -> Decision:
+    """The outcome of a file whose read found no address (`read_on`: past some that were
+    nobody's)."""
+    if isinstance(result, Unreadable):
+        return failed(result.reason)
+    if read_on:
         return Decision(NO_MATCH, "no_user")
+    return Decision(NO_MATCH, "no_email") if result.has_text else failed("no_text")
+
+
+async def _extract_all(
+    deps: Deps, pdfs: dict[FileRef, bytes], page: dict[FileRef, int], until: float
+) -> dict[FileRef, Extraction | Unreadable]:
+    """Parse the PDFs in `page`, each from its page there, all at once in the pool; those
+    not done by `until` are left out."""
+    tasks = {
+        asyncio.create_task(deps.extractor.extract(pdfs[ref], start)): ref
+        for ref, start in page.items()
+    }
+    try:
+        timeout = max(until - asyncio.get_running_loop().time(), 0)
+        done, _ = await asyncio.wait(tasks, timeout=timeout)
+    finally:
+        for task in tasks:
+            task.cancel()  # no-op once done; pebble kills a process parsing a cancelled task
+    out: dict[FileRef, Extraction | Unreadable] = {}
+    for task in done:
+        try:
+            out[tasks[task]] = task.result()
+        except Unreadable as exc:
+            out[tasks[task]] = exc
+    return out
+
+
+async def _link(deps: Deps, ref: FileRef, user: UserRow, data: bytes) -> tuple[FileRef, Decision]:
+    """Store the PDF under its content-addressed key and claim the user for it."""
     sha256 = hashlib.sha256(data).hexdigest()
     key = f"pdfs/{user.id}/{sha256}.pdf"
     if user.pdf_url is not None:
         reason = "duplicate" if user.pdf_url == key else "already_linked"
-        return Decision(Outcome.SKIPPED_ALREADY_EXISTS, reason, user.id, sha256)
-
+        return ref, Decision(Outcome.SKIPPED_ALREADY_EXISTS, reason, user.id, sha256)
     with stage("store"):
         await deps.storage.put(key, data)
     with stage("claim"):
@@ -199,4 +319,4 @@ async def _process(deps: Deps, ref: FileRef, source: str, m: Member) -> Decision
         if reason == "already_linked":
             # Another link won the race; nobody else can claim this user now: the copy is ours.
             await deps.storage.delete(key)
-    return Decision(outcome, reason, user.id, sha256, stored=True)
+    return ref, Decision(outcome, reason, user.id, sha256, stored=True)
