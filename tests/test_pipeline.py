@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import math
 import zipfile
 from pathlib import Path
 
@@ -24,7 +25,15 @@ async def wait_done(api: httpx.AsyncClient, batch_id: str) -> dict[str, object]:
     return status
 
 
+@pytest.mark.parametrize(
+    "per_job",
+    [
+        pytest.param(16, id="16-per-job"),
+        pytest.param(1, id="one-per-job", marks=pytest.mark.settings(pdfs_per_job=1)),
+    ],
+)
 async def test_batch_links_every_matching_user_and_counts_exactly(
+    per_job: int,
     api: httpx.AsyncClient,
     make_corpus: MakeCorpus,
     run_worker: RunWorker,
@@ -36,7 +45,8 @@ async def test_batch_links_every_matching_user_and_counts_exactly(
     batch_id = await upload(api, path)
     assert (await api.get(f"/v1/batches/{batch_id}")).json()["status"] == "PENDING"
 
-    await run_worker()
+    worker = await run_worker()
+    assert worker.jobs_complete == 1 + math.ceil(80 / per_job)  # ingest, then the runs of PDFs
 
     status = await wait_done(api, batch_id)
     assert status["status"] == "COMPLETED"

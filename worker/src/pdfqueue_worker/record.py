@@ -45,25 +45,24 @@ async def record(deps: Deps, batch_id: str, decided: Mapping[FileRef, Decision])
         if not d.stored
     ]
     stored = await deps.db.record_files(batch_id, rows)
-    outcomes = [
-        stored[ref.index][0] if ref.index in stored else d.outcome for ref, d in decided.items()
-    ]
-    pairs = [(ref.index, o) for ref, o in zip(decided, outcomes, strict=True)]
+    # what counts is what PostgreSQL holds: an earlier try's row wins over this try's decision
+    final = [stored.get(ref.index, (d.outcome, d.reason)) for ref, d in decided.items()]
+    pairs = [(ref.index, outcome) for ref, (outcome, _) in zip(decided, final, strict=True)]
     with stage("record"):
         codes, status = await deps.state.record(batch_id, pairs)
         if Recorded.MISSING in codes:
             await restore(deps, batch_id)
             codes, status = await deps.state.record(batch_id, pairs)
-    for (ref, d), outcome, code in zip(decided.items(), outcomes, codes, strict=True):
-        file_event(ref.index, outcome.value, d.reason)
+    for ref, (outcome, reason), code in zip(decided, final, codes, strict=True):
+        file_event(ref.index, outcome.value, reason)
         if code in (Recorded.COUNTED, Recorded.COMPLETED_BATCH):
-            metrics.document_counted(outcome, d.reason)
+            metrics.document_counted(outcome, reason)
     if status == BatchStatus.COMPLETED.value:
         await deps.db.finish_batch(batch_id, BatchStatus.COMPLETED)
         if Recorded.COMPLETED_BATCH in codes:
             metrics.batch_entered(BatchStatus.COMPLETED)
             log.info("batch completed", extra={"batch_id": batch_id})
-    return outcomes
+    return [outcome for outcome, _ in final]
 
 
 async def restore(deps: Deps, batch_id: str) -> None:
