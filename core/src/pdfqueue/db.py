@@ -21,9 +21,24 @@ def quote_ident(name: str) -> str:
 
 async def connect(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     pool: asyncpg.Pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, timeout=5, command_timeout=15
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        timeout=5,
+        command_timeout=15,
+        reset=_keep_session,
     )
     return pool
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Nothing to reset when a connection goes back to the pool.
+
+    asyncpg's default runs `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`,
+    one more round trip after every pooled query. pdfqueue never changes session state (no
+    SET, LISTEN, cursors or session-level locks), and asyncpg still rolls back a
+    transaction left open before calling this.
+    """
 
 
 async def migrate(conn: asyncpg.Connection) -> list[str]:
