@@ -280,3 +280,26 @@ async def test_first_address_in_reading_order_that_is_a_user_wins_across_pages(
     }
     assert {a.id, b.id, d.id} <= linked
     assert c.id not in linked
+
+
+@pytest.mark.settings(extract_timeout_s=0.5, extract_max_pages=20_000)
+async def test_a_pdf_that_hangs_the_parser_fails_alone_and_its_job_is_not_retried(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    from test_extract import pdf_with_stream
+
+    corpus, _ = await make_corpus(6, seed=32, mix=CLEAN)
+    text = b"".join(b"BT /F1 9 Tf 20 %d Td (line %d) Tj ET\n" % (i % 700, i) for i in range(200))
+    path = tmp_path / "hang.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for i, f in enumerate(corpus.files):
+            zf.writestr(f"{i}.pdf", render_pdf(f, seed=32))
+            if i == 2:  # in the middle of the job's run of PDFs
+                zf.writestr("heavy.pdf", pdf_with_stream(text, pages=10_000))
+    batch_id = await upload(api, path)
+    worker = await run_worker()
+    assert (worker.jobs_complete, worker.jobs_retried) == (2, 0)  # ingest, one process job
+    status = await wait_done(api, batch_id)
+    assert (status["processed"], status["linked"], status["failed"]) == (7, 6, 1)
+    files = {r["name"]: r for r in (await api.get(f"/v1/batches/{batch_id}/files")).json()}
+    assert (files["heavy.pdf"]["outcome"], files["heavy.pdf"]["reason"]) == ("failed", "timeout")

@@ -94,7 +94,9 @@ class Settings(BaseSettings):
     extract_processes: int = 0
     """Processes parsing PDFs per worker; 0 means one per CPU."""
     extract_timeout_s: float = 10.0
-    """Hard limit for reading one PDF; the parsing process is killed after it."""
+    """Hard limit for reading one PDF; the parsing process is killed after it. Keep it under
+    PDFQUEUE_JOB_TIMEOUT_S - 4 s, the time a job gives parsing, or a PDF at the limit is
+    retried until its tries run out before it fails with `timeout`."""
     extract_max_pages: int = 50
     """Pages read per PDF when looking for an email; an email is almost always on page one."""
     extract_memory_bytes: int = 320 * 1024**2
