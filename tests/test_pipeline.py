@@ -303,3 +303,27 @@ async def test_a_pdf_that_hangs_the_parser_fails_alone_and_its_job_is_not_retrie
     assert (status["processed"], status["linked"], status["failed"]) == (7, 6, 1)
     files = {r["name"]: r for r in (await api.get(f"/v1/batches/{batch_id}/files")).json()}
     assert (files["heavy.pdf"]["outcome"], files["heavy.pdf"]["reason"]) == ("failed", "timeout")
+
+
+@pytest.mark.settings(max_tries=2, retry_base_delay_s=0.1, retry_max_delay_s=0.2)
+async def test_a_missing_users_table_is_said_at_start_and_in_every_outcome(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    caplog: pytest.LogCaptureFixture,
+    db: asyncpg.Connection,
+    settings: Settings,
+) -> None:
+    _, path = await make_corpus(3, seed=33, mix=CLEAN)
+    await db.execute(f'DROP TABLE "{settings.users_table}"')  # a deployment mistake
+    batch_id = await upload(api, path)
+    await run_worker()
+    assert any(
+        f"PDFQUEUE_USERS_TABLE {settings.users_table!r} cannot be read" in r.getMessage()
+        for r in caplog.records
+        if r.levelname == "ERROR"
+    )
+    status = await wait_done(api, batch_id)
+    assert (status["status"], status["failed"]) == ("COMPLETED", 3)
+    reasons = {r["reason"] for r in (await api.get(f"/v1/batches/{batch_id}/files")).json()}
+    assert reasons == {"database_schema_error", "not_a_pdf"}  # notes.txt is ignored

@@ -78,6 +78,12 @@ class Database:
     async def check(self) -> None:
         await self.pool.fetchval("SELECT 1")
 
+    async def check_users_table(self) -> None:
+        """Raise unless the host application's table has the columns pdfqueue reads."""
+        await self.pool.execute(
+            f"SELECT id, email, pdf_url FROM {quote_ident(self.users_table)} LIMIT 0"
+        )
+
     # --- batches --------------------------------------------------------------------------
     async def create_batch(self, batch_id: str, tenant: str, source_key: str) -> BatchSummary:
         row = await self.pool.fetchrow(

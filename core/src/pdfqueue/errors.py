@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from asyncpg.exceptions import SyntaxOrAccessError
+
 
 class PdfQueueError(Exception):
     """Root of every pdfqueue error."""
@@ -63,6 +65,8 @@ class ObjectNotFound(PermanentError):
 _REASONS: tuple[tuple[tuple[str, ...], tuple[type[BaseException], ...], str], ...] = (
     # (modules the exception comes from, exception types, reason)
     (("botocore", "boto3"), (StorageError,), "storage_unavailable"),
+    # a missing table or column, or no privilege: a deployment to fix, not an outage
+    ((), (SyntaxOrAccessError,), "database_schema_error"),
     (("asyncpg",), (), "database_unavailable"),
     (("redis",), (), "redis_unavailable"),
     ((), (TimeoutError,), "timeout"),

@@ -27,6 +27,7 @@ JOB_RESULTS = ("success", "retry", "error", "cancelled")
 RETRY_REASONS = (
     "storage_unavailable",
     "database_unavailable",
+    "database_schema_error",
     "redis_unavailable",
     "network_error",
     "internal_error",

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import asyncpg
 from arq import Worker, func
 from arq.connections import RedisSettings
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -57,6 +58,15 @@ async def startup(ctx: dict[str, Any]) -> None:
             tasks_per_process=settings.extract_tasks_per_process,
         ),
     )
+    try:
+        await ctx["deps"].db.check_users_table()
+    except asyncpg.PostgresError as exc:
+        log.error(  # loud, but no crash loop: the host application may create it later
+            "PDFQUEUE_USERS_TABLE %r cannot be read (%s): PDFs will be retried and then fail"
+            " with database_schema_error until it has columns id, email and pdf_url",
+            settings.users_table,
+            exc,
+        )
     metrics.register("worker")
     metrics.WORKER_MAX_JOBS.set(settings.worker_max_jobs)
     ctx["gauges"] = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
