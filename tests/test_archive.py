@@ -9,20 +9,27 @@ from pathlib import Path
 import pytest
 
 from pdfqueue.errors import ArchiveRejected, NotAZipArchive
-from pdfqueue.storage import FileBackend
+from pdfqueue.storage import Backend, FileBackend
 from pdfqueue_worker.archive import (
     Limits,
     Member,
     MemberRejected,
+    decode_members,
     list_members,
+    member_span,
     plan_slices,
-    read_members,
 )
 
 LIMITS = Limits(
     max_members=50, max_member_bytes=1_000_000, max_total_bytes=5_000_000, max_ratio=100
 )
 PDF = b"%PDF-1.4\n" + b"x" * 500 + b"\n%%EOF\n"
+
+
+def read_members(backend: Backend, key: str, members: list[Member]) -> list[bytes | MemberRejected]:
+    """What a process job does: one ranged read of the members' span, then decode each."""
+    start, length = member_span(members)
+    return decode_members(backend, key, members, backend.read_range(key, start, length))
 
 
 def make_zip(tmp_path: Path, members: dict[str, bytes], **kwargs: object) -> FileBackend:

@@ -184,12 +184,6 @@ def decode_members(
     return out
 
 
-def read_members(backend: Backend, key: str, members: list[Member]) -> list[bytes | MemberRejected]:
-    """`decode_members` after reading their span (blocking)."""
-    start, length = member_span(members)
-    return decode_members(backend, key, members, backend.read_range(key, start, length))
-
-
 @dataclass(frozen=True)
 class _Span:
     """Bytes read from `offset` on; a read running past them fetches the rest by range,
