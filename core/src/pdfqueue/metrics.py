@@ -109,7 +109,8 @@ DOCUMENTS = Counter(
 )
 STAGE_DURATION = Histogram(
     "pdfqueue_stage_duration_seconds",
-    "Duration of one step of a process job, for all of its PDFs at once.",
+    "Duration of one step of a process job: read, extract, match and record serve all of"
+    " its PDFs at once; store and claim are one PDF each.",
     ["stage"],
     buckets=_LATENCY_BUCKETS,
     registry=None,
