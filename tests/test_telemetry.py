@@ -169,6 +169,10 @@ async def test_upload_is_one_trace_and_each_pdf_a_linked_trace(
         assert {"read", "record"} <= names
         if any(f["pdfqueue.outcome"] == "linked" for f in files):
             assert {"extract", "match", "store", "claim"} <= names
+            extract = next(k for k in kids if k.name == "extract")
+            assert extract.attributes is not None
+            assert int(str(extract.attributes["pdfqueue.pages"])) >= 1
+            assert int(str(extract.attributes["pdfqueue.email_candidates"])) >= 1
     assert len(outcomes) == len(corpus.files)
     expected = sorted(f.expect.value for f in corpus.files)
     assert sorted(outcomes.values()) == expected

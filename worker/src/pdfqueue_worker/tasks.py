@@ -246,8 +246,12 @@ async def _match(
     unmatched: dict[FileRef, Decision] = {}
     page = dict.fromkeys(pdfs, 0)  # where each file's next read starts
     while page:
-        with stage("extract"):
+        with stage("extract") as span:
             extracted = await _extract_all(deps, pdfs, page, parse_until)
+            # counts only, never an address
+            parsed = [r for r in extracted.values() if isinstance(r, Extraction)]
+            span.set_attribute("pdfqueue.pages", sum(r.pages for r in parsed))
+            span.set_attribute("pdfqueue.email_candidates", sum(len(r.emails) for r in parsed))
         found: dict[FileRef, Extraction] = {}
         for ref, result in extracted.items():
             if isinstance(result, Extraction) and result.emails:
