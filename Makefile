@@ -5,6 +5,9 @@ SHELL := /bin/bash
 STATE ?= $(CURDIR)/.state
 DEMO_STATE ?= $(CURDIR)/.pdfqueue/services
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+# `make deps` may install uv with `pip --user`, into a folder that is not on a fresh machine's
+# PATH: put uv's folder on PATH here, so every recipe and every test finds it by name.
+export PATH := $(patsubst %/,%,$(dir $(UV))):$(PATH)
 PYTEST_ARGS ?=
 
 .PHONY: help deps tools services services-stop test lint demo bench clean

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -31,8 +30,8 @@ TOKEN = "bench-token"
 POLL_S = 0.05
 """How often the bench asks for the batch status (the peer's driver polls every 20 ms)."""
 WARMUP_FILES = 40
-UV = os.environ.get("UV") or shutil.which("uv") or str(Path.home() / ".local/bin/uv")
-"""`uv run` sets UV to itself; `make bench` may call uv by its full path."""
+UV = os.environ.get("UV") or "uv"
+"""`uv run` sets UV to itself; the Makefile puts uv's folder on PATH."""
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 
 
