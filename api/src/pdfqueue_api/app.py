@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, FastAPI, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -19,6 +17,7 @@ from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
 from pdfqueue import metrics
+from pdfqueue.csvsafe import csv_line
 from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
     ArchiveTooLarge,
@@ -232,17 +231,11 @@ async def _json(first: FileResult | None, rest: AsyncIterator[FileResult]) -> As
 
 async def _csv(first: FileResult | None, rest: AsyncIterator[FileResult]) -> AsyncIterator[bytes]:
     columns = list(FileResult.model_fields)
-
-    def line(values: list[Any]) -> bytes:
-        buf = io.StringIO()
-        csv.writer(buf).writerow(values)
-        return buf.getvalue().encode()
-
-    yield line(columns)
+    yield csv_line(columns)
     if first is not None:
-        yield line([getattr(first, c) for c in columns])
+        yield csv_line(getattr(first, c) for c in columns)
         async for row in rest:
-            yield line([getattr(row, c) for c in columns])
+            yield csv_line(getattr(row, c) for c in columns)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
