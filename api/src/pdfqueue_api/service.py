@@ -27,6 +27,8 @@ from pdfqueue_api.upload import store_upload
 
 log = logging.getLogger(__name__)
 DEPENDENCY_TIMEOUT_S = 2.0
+HIDDEN_FROM_TENANTS = {"user_id": None, "object_key": None}
+"""Report fields naming the host application's users (the key holds the user id)."""
 T = TypeVar("T")
 
 
@@ -123,9 +125,11 @@ class BatchService:
         return await self.get(tenant, batch_id)
 
     async def files(self, tenant: str, batch_id: str) -> AsyncIterator[FileResult]:
+        """The per-file report; which user a file went to is shown to trusted tenants only."""
         await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
+        trusted = tenant in self.settings.trusted_tenants
         async for row in self.db.iter_files(batch_id):
-            yield row
+            yield row if trusted else row.model_copy(update=HIDDEN_FROM_TENANTS)
 
 
 async def _guard(service: str, awaitable: Awaitable[T]) -> T:

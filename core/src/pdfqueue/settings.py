@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 ARQ_TIMEOUT_MARGIN_S = 5.0
 """Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Settings(BaseSettings):
@@ -36,6 +37,13 @@ class Settings(BaseSettings):
     """Let `pdfqueue migrate` create the bucket when it does not exist."""
     users_table: str = "users"
     """The host application's table with columns `id`, `email`, `pdf_url`."""
+    users_tenant_column: str | None = None
+    """Text column of the users table naming each user's tenant. When set, a batch matches
+    and links only users whose column equals the batch's tenant (taken from the batch's row);
+    unset, every tenant matches against every user."""
+    trusted_tenants: Annotated[frozenset[str], NoDecode] = frozenset()
+    """Tenants, comma separated, whose per-file report shows `user_id` and `object_key`;
+    for every other tenant both are null (they name users of the host application)."""
 
     # --- API ----------------------------------------------------------------------------------
     api_tokens: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
@@ -159,6 +167,21 @@ class Settings(BaseSettings):
         if not _IDENT.match(value):
             msg = f"PDFQUEUE_USERS_TABLE {value!r} is not a plain [schema.]table name"
             raise ValueError(msg)
+        return value
+
+    @field_validator("users_tenant_column")
+    @classmethod
+    def _check_column(cls, value: str | None) -> str | None:
+        if value is not None and not _COLUMN.match(value):
+            msg = f"PDFQUEUE_USERS_TENANT_COLUMN {value!r} is not a plain column name"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("trusted_tenants", mode="before")
+    @classmethod
+    def _parse_tenants(cls, value: object) -> object:
+        if isinstance(value, str):
+            return frozenset(filter(None, (t.strip() for t in value.split(","))))
         return value
 
     @field_validator("upload_part_bytes")

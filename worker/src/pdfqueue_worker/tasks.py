@@ -263,7 +263,8 @@ async def _match(
             break
         with stage("match"):
             wanted = sorted({e for extraction in found.values() for e in extraction.emails})
-            users = await deps.db.users_by_email(wanted)
+            # every file of a job is of one batch, whose tenant scopes the users it may match
+            users = await deps.db.users_by_email(wanted, batch_id=next(iter(found)).batch_id)
         for ref, extraction in found.items():
             user = next((users[e] for e in extraction.emails if e in users), None)
             if user is not None:
