@@ -112,6 +112,15 @@ class Database:
         )
         return _summary(row)
 
+    async def active_batches(self, tenant: str, uploading: Sequence[str] = ()) -> int:
+        """Batches of `tenant` not yet terminal, plus those of `uploading` without a row yet.
+
+        Derived from the durable rows (an index keeps it cheap), so a crash never leaks a
+        count, and an upload that just became a batch is counted once, whichever it is.
+        """
+        count: int = await self.pool.fetchval(_ACTIVE_BATCHES, tenant, list(uploading))
+        return count
+
     async def delete_batch(self, batch_id: str) -> None:
         await self.pool.execute("DELETE FROM pdfqueue_batches WHERE id = $1", batch_id)
 
@@ -284,6 +293,14 @@ SELECT idx, outcome, reason FROM ins
 UNION ALL
 SELECT f.idx, f.outcome, f.reason FROM pdfqueue_files f
 WHERE f.batch_id = $1 AND f.idx IN (SELECT idx FROM r) AND f.idx NOT IN (SELECT idx FROM ins)
+"""
+
+# The predicate is the one of index pdfqueue_batches_active (0002), word for word.
+_ACTIVE_BATCHES = """
+SELECT (SELECT count(*) FROM pdfqueue_batches
+        WHERE tenant = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED'))
+     + (SELECT count(*) FROM unnest($2::text[]) AS u (id)
+        WHERE NOT EXISTS (SELECT 1 FROM pdfqueue_batches b WHERE b.id = u.id))
 """
 
 _READ_FILES = (
