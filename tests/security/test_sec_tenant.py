@@ -268,6 +268,25 @@ async def test_bytes_per_day_count_what_streams_not_what_content_length_claims(
     assert 4 * MiB < int(used) <= len(first) + 3 * MiB  # what arrived, not what was claimed
 
 
+async def test_bytes_of_an_upload_cut_short_still_count(
+    tenant_api: TenantApi, db: asyncpg.Connection, redis: Redis, s3_keys: Callable[[str], list[str]]
+) -> None:
+    tenant, client = tenant_api(bytes_per_day=10 * MiB)
+    sent = b"PK\x03\x04" + b"\0" * (MiB - 10)  # just under the MiB that triggers a count
+
+    async def hangs_up() -> AsyncIterator[bytes]:
+        yield sent
+        raise ConnectionResetError("the client went away")
+
+    async with client as api:
+        with pytest.raises(ConnectionResetError):
+            await api.post("/v1/batches", content=hangs_up(), headers=ZIP)
+    assert int(await redis.get(f"pdfqueue:quota:{tenant}:bytes:{_today()}")) == len(sent)
+    assert await redis.zcard(f"pdfqueue:quota:{tenant}:inflight") == 0
+    assert await batch_ids(db, tenant) == set()
+    assert s3_keys("uploads/") == []
+
+
 async def test_a_declared_size_over_the_days_rest_is_refused_before_streaming(
     tenant_api: TenantApi, db: asyncpg.Connection, s3_keys: Callable[[str], list[str]]
 ) -> None:

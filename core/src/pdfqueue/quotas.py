@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 import uuid
@@ -159,7 +160,10 @@ class Admission:
         await _bounded("redis", self.quotas.redis.zrem(self.inflight_key, self.ticket))
 
     async def abandoned(self) -> None:
-        """The upload failed: free its slot now (its bytes and its try stay counted)."""
+        """The upload failed: free its slot now; its try and every byte it sent stay counted
+        (a client that hangs up just before each MiB must not stream for free)."""
+        with contextlib.suppress(QuotaExceeded):
+            await self._count()
         await _bounded("redis", self.quotas.redis.zrem(self.inflight_key, self.ticket))
 
     async def withdrawn(self) -> None:
