@@ -16,9 +16,12 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from helpers import RunWorker, upload
+from arq.constants import result_key_prefix
+from helpers import MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
+from pdfqueue import keys
+from pdfqueue.queue import Job, deserialize, enqueue
 from pdfqueue.samples import CLEAN, build_corpus, write_zip
 from pdfqueue.settings import Settings
 
@@ -345,6 +348,47 @@ async def test_concurrent_batches_free_their_slot_when_they_end(
         assert [r.status_code for r in after] == [202, 202, 429]
     assert len(await batch_ids(db, tenant)) == 5
     assert await queue_size(redis, settings) == 2  # the two new ingest jobs, nothing refused
+
+
+async def test_a_batch_whose_final_write_was_lost_frees_its_slot_on_redelivery(
+    tenant_api: TenantApi,
+    db: asyncpg.Connection,
+    redis: Redis,
+    settings: Settings,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+) -> None:
+    tenant, client = tenant_api(concurrent_batches=1)
+    _corpus, path = await make_corpus(1, seed=43, mix=CLEAN, junk=False)
+    async with client as api:
+        response = await api.post("/v1/batches", content=path.read_bytes(), headers=ZIP)
+        assert response.status_code == 202, response.text
+        batch_id = response.json()["batch_id"]
+        await run_worker()
+        assert (await api.get(f"/v1/batches/{batch_id}")).json()["status"] == "COMPLETED"
+
+        # A worker died between counting the last file in Redis and writing PostgreSQL's
+        # summary: the row still says PROCESSING, and the tenant's only slot looks taken.
+        await db.execute(
+            "UPDATE pdfqueue_batches SET status = 'PROCESSING', completed_at = NULL WHERE id = $1",
+            batch_id,
+        )
+        refused = await api.post("/v1/batches", content=path.read_bytes(), headers=ZIP)
+        assert refused.status_code == 429
+        # arq delivers that job again (its try was never finished): it has nothing to record
+        job_id = keys.process_job(batch_id, 0)
+        done = deserialize(await redis.get(result_key_prefix + job_id))
+        await redis.delete(result_key_prefix + job_id)
+        assert await enqueue(redis, settings.queue_name, [Job(job_id, "process", done["k"])]) == 1
+        await run_worker()
+
+        row = await db.fetchrow(
+            "SELECT status, linked FROM pdfqueue_batches WHERE id = $1", batch_id
+        )
+        assert dict(row) == {"status": "COMPLETED", "linked": 1}
+        again = await api.post("/v1/batches", content=path.read_bytes(), headers=ZIP)
+        assert again.status_code == 202, again.text
+    assert len(await batch_ids(db, tenant)) == 2
 
 
 async def test_an_upload_that_fails_frees_its_slot(

@@ -175,11 +175,14 @@ async def process(
             parse_until = asyncio.get_running_loop().time() + max(
                 deps.settings.job_timeout_s - RECORD_RESERVE_S, deps.settings.job_timeout_s / 2
             )
-            if await deps.state.status(batch_id) is BatchStatus.CANCELLED:
+            status = await deps.state.status(batch_id)
+            if status is BatchStatus.CANCELLED:
                 return "cancelled"
             todo = await _unrecorded(deps, batch_id, [Member(**m) for m in members])
-            if not todo:
-                return "nothing to do"  # a second delivery after every file was recorded
+            if not todo:  # a second delivery after every file was recorded
+                if status is BatchStatus.COMPLETED:  # the first may have died before this
+                    await deps.db.finish_batch(batch_id, BatchStatus.COMPLETED)
+                return "nothing to do"
             if ctx["job_try"] > deps.settings.max_tries:
                 reason = await _last_error(deps, ctx)
                 await record(deps, batch_id, {_ref(batch_id, m): failed(reason) for m in todo})
