@@ -92,7 +92,8 @@ class Quotas:
                 "postgresql", self.db.active_batches(admission.tenant, uploading)
             )
         except BaseException:
-            await asyncio.shield(admission.withdrawn())
+            with contextlib.suppress(ServiceUnavailable):  # keep the error that matters
+                await asyncio.shield(admission.withdrawn())
             raise
         if active > limit:
             await admission.withdrawn()
