@@ -21,9 +21,11 @@ from helpers import MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
 from pdfqueue import keys
-from pdfqueue.queue import Job, deserialize, enqueue
+from pdfqueue.models import BatchStatus
+from pdfqueue.queue import Job, deserialize, enqueue, remove
 from pdfqueue.samples import CLEAN, build_corpus, write_zip
 from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState
 
 ACME = {"Authorization": "Bearer secret-token"}
 GLOBEX = {"Authorization": "Bearer globex-token"}
@@ -389,6 +391,45 @@ async def test_a_batch_whose_final_write_was_lost_frees_its_slot_on_redelivery(
         again = await api.post("/v1/batches", content=path.read_bytes(), headers=ZIP)
         assert again.status_code == 202, again.text
     assert len(await batch_ids(db, tenant)) == 2
+
+
+async def test_a_cancel_that_died_halfway_frees_its_slot_when_anything_touches_the_batch(
+    tenant_api: TenantApi,
+    db: asyncpg.Connection,
+    redis: Redis,
+    settings: Settings,
+    run_worker: RunWorker,
+    tmp_path: Path,
+) -> None:
+    tenant, client = tenant_api(concurrent_batches=1)
+    body = stored_zip(tmp_path / "one.zip", 100).read_bytes()
+    state = BatchState(redis, settings.batch_ttl_s)
+
+    async def upload_and_cancel_only_in_redis(api: httpx.AsyncClient) -> str:
+        response = await api.post("/v1/batches", content=body, headers=ZIP)
+        assert response.status_code == 202, response.text
+        batch_id: str = response.json()["batch_id"]
+        await state.set_status(batch_id, BatchStatus.CANCELLED)  # then the canceller died
+        assert (await api.post("/v1/batches", content=body, headers=ZIP)).status_code == 429
+        return batch_id
+
+    async def durable_status(batch_id: str) -> str:
+        row = await db.fetchrow("SELECT status FROM pdfqueue_batches WHERE id = $1", batch_id)
+        return str(row["status"])
+
+    async with client as api:
+        # its ingest job, still queued, runs, finds the batch over, and settles the row
+        first = await upload_and_cancel_only_in_redis(api)
+        await run_worker()
+        assert await durable_status(first) == "CANCELLED"
+        # or the tenant cancels again
+        second = await upload_and_cancel_only_in_redis(api)
+        await remove(redis, settings.queue_name, [keys.ingest_job(second)])
+        assert (await api.delete(f"/v1/batches/{second}")).json()["status"] == "CANCELLED"
+        assert await durable_status(second) == "CANCELLED"
+        third = await api.post("/v1/batches", content=body, headers=ZIP)
+        assert third.status_code == 202, third.text
+    assert len(await batch_ids(db, tenant)) == 3
 
 
 async def test_an_upload_that_fails_frees_its_slot(

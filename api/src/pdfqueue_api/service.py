@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from pdfqueue import keys, tracing
-from pdfqueue.batches import cancel_batch, register_batch
+from pdfqueue.batches import cancel_batch, register_batch, settle
 from pdfqueue.db import Database
 from pdfqueue.errors import BatchNotFound, ServiceUnavailable
 from pdfqueue.models import TERMINAL, BatchSummary, FileResult
@@ -141,7 +141,8 @@ class BatchService:
     async def cancel(self, tenant: str, batch_id: str) -> BatchSummary:
         """Drop pending work; running jobs finish and are counted; the batch ends CANCELLED."""
         summary = await self.get(tenant, batch_id)
-        if summary.status in TERMINAL:
+        if summary.status in TERMINAL:  # maybe only in Redis: an earlier cancel may have died
+            await _guard("queue", settle(self.db, self.state, batch_id))
             return summary
         dropped = await cancel_batch(
             self.db, self.state, self.redis, self.settings.queue_name, batch_id

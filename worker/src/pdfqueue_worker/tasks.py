@@ -15,6 +15,7 @@ from arq import Retry
 from arq.constants import retry_key_prefix
 
 from pdfqueue import keys, metrics
+from pdfqueue.batches import settle
 from pdfqueue.db import UserRow
 from pdfqueue.errors import PermanentError, transient_reason
 from pdfqueue.models import TERMINAL, BatchStatus, FileRef, Outcome
@@ -102,6 +103,7 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
 
 async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
     if await deps.state.status(batch_id) in TERMINAL:
+        await settle(deps.db, deps.state, batch_id)  # whoever finished it may have died
         return "already finished"
     try:
         listing = await deps.storage.run(list_members, deps.storage.backend, source, deps.limits)
@@ -175,13 +177,12 @@ async def process(
             parse_until = asyncio.get_running_loop().time() + max(
                 deps.settings.job_timeout_s - RECORD_RESERVE_S, deps.settings.job_timeout_s / 2
             )
-            status = await deps.state.status(batch_id)
-            if status is BatchStatus.CANCELLED:
+            if await deps.state.status(batch_id) is BatchStatus.CANCELLED:
+                await settle(deps.db, deps.state, batch_id)  # the canceller may have died
                 return "cancelled"
             todo = await _unrecorded(deps, batch_id, [Member(**m) for m in members])
             if not todo:  # a second delivery after every file was recorded
-                if status is BatchStatus.COMPLETED:  # the first may have died before this
-                    await deps.db.finish_batch(batch_id, BatchStatus.COMPLETED)
+                await settle(deps.db, deps.state, batch_id)  # the first may have died
                 return "nothing to do"
             if ctx["job_try"] > deps.settings.max_tries:
                 reason = await _last_error(deps, ctx)
