@@ -137,6 +137,8 @@ async def test_the_report_names_users_only_to_trusted_tenants(
     assert [r["outcome"] for r in report] == ["linked"] * 3
     assert [(r["user_id"], r["object_key"]) for r in report] == [(None, None)] * 3
     assert all(len(r["sha256"]) == 64 for r in report)  # the schema is unchanged
+    schema = (await api.get("/openapi.json")).json()["components"]["schemas"]["FileResult"]
+    assert {"user_id", "object_key"} <= set(schema["properties"])
     text = (await api.get(f"/v1/batches/{batch_id}/files?format=csv", headers=GLOBEX)).text
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [(r["user_id"], r["object_key"]) for r in rows] == [("", "")] * 3
@@ -219,6 +221,8 @@ async def test_uploads_per_minute_are_counted_atomically_under_a_race(
             assert 1 <= int(refused.headers["Retry-After"]) <= 60
             assert "uploads_per_minute" in refused.json()["detail"]
         accepted = {r.json()["batch_id"] for r in responses if r.status_code == 202}
+        schema = (await api.get("/openapi.json")).json()
+        assert "429" in schema["paths"]["/v1/batches"]["post"]["responses"]
         # another tenant's uploads are not held back
         other = await api.post("/v1/batches", content=body, headers=ZIP | GLOBEX)
         assert other.status_code == 202, other.text
