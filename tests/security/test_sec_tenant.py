@@ -111,9 +111,11 @@ def test_tenant_column_is_validated_and_reports_hide_users_by_default() -> None:
     assert Settings().trusted_tenants == frozenset()  # default: no tenant sees user ids
     assert Settings().users_tenant_column is None
     assert Settings(trusted_tenants=" acme, ,beta ").trusted_tenants == {"acme", "beta"}
-    for bad in ("tenant; DROP TABLE users", 'te"nant', "public.tenant", "1tenant", ""):
+    for bad in ("tenant; DROP TABLE users", 'te"nant', "public.tenant", "1tenant", "", "tenant\n"):
         with pytest.raises(ValueError, match="PDFQUEUE_USERS_TENANT_COLUMN"):
             Settings(users_tenant_column=bad)
+    with pytest.raises(ValueError, match="PDFQUEUE_USERS_TABLE"):  # `$` allows a final newline
+        Settings(users_table="users\n")
 
 
 async def test_the_report_names_users_only_to_trusted_tenants(

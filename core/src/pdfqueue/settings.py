@@ -196,7 +196,7 @@ class Settings(BaseSettings):
     @field_validator("users_table")
     @classmethod
     def _check_table(cls, value: str) -> str:
-        if not _IDENT.match(value):
+        if not _IDENT.fullmatch(value):
             msg = f"PDFQUEUE_USERS_TABLE {value!r} is not a plain [schema.]table name"
             raise ValueError(msg)
         return value
@@ -204,7 +204,7 @@ class Settings(BaseSettings):
     @field_validator("users_tenant_column")
     @classmethod
     def _check_column(cls, value: str | None) -> str | None:
-        if value is not None and not _COLUMN.match(value):
+        if value is not None and not _COLUMN.fullmatch(value):
             msg = f"PDFQUEUE_USERS_TENANT_COLUMN {value!r} is not a plain column name"
             raise ValueError(msg)
         return value
