@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, FastAPI, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -19,12 +17,14 @@ from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
 from pdfqueue import metrics
+from pdfqueue.csvsafe import csv_line
 from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
     ArchiveTooLarge,
     BatchNotFound,
     NotAZipArchive,
     PdfQueueError,
+    QuotaExceeded,
     ServiceUnavailable,
 )
 from pdfqueue.gauges import QueueGauges
@@ -124,7 +124,7 @@ def _add_routes(app: FastAPI) -> None:
         "/v1/batches",
         status_code=status.HTTP_202_ACCEPTED,
         response_model=BatchCreated,
-        responses={413: {}, 415: {}, 422: {}, 503: {}},
+        responses={413: {}, 415: {}, 422: {}, 429: {}, 503: {}},
         openapi_extra={
             "requestBody": {
                 "content": {
@@ -144,17 +144,13 @@ def _add_routes(app: FastAPI) -> None:
     async def create_batch(request: Request, tenant: Tenant, service: Service) -> BatchCreated:
         """Upload a ZIP of PDFs (raw `application/zip` body, or multipart field `file`)."""
         limit = service.settings.max_upload_bytes
-        if int(request.headers.get("content-length") or 0) > limit:
+        declared = int(request.headers.get("content-length") or 0)
+        if declared > limit:
             raise ArchiveTooLarge(limit)
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type == "multipart/form-data":
-            chunks = FormFileReader(request.headers["content-type"]).file_chunks(request.stream())
-        elif content_type in ZIP_TYPES:
-            chunks = request.stream()
-        else:
-            msg = f"send a ZIP as application/zip or multipart/form-data, not {content_type!r}"
-            raise UnsupportedMediaType(msg)
-        batch_id = await service.create(tenant, chunks)
+        decode = _body_decoder(request.headers.get("content-type", ""))
+        async with service.admitted(tenant, declared) as admission:  # 429 before any byte
+            body = decode(admission.meter(request.stream()))
+            batch_id = await service.create(tenant, body, batch_id=admission.ticket)
         base = service.settings.public_url or str(request.base_url)
         return BatchCreated(
             batch_id=batch_id, status_url=f"{base.rstrip('/')}/v1/batches/{batch_id}"
@@ -221,6 +217,17 @@ def _add_routes(app: FastAPI) -> None:
         return HTMLResponse(page)
 
 
+def _body_decoder(content_type: str) -> Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]]:
+    """How to get the ZIP's bytes out of a body of this type (415 for any other type)."""
+    media_type = content_type.split(";", maxsplit=1)[0].strip().lower()
+    if media_type == "multipart/form-data":
+        return FormFileReader(content_type).file_chunks
+    if media_type in ZIP_TYPES:
+        return lambda body: body
+    msg = f"send a ZIP as application/zip or multipart/form-data, not {media_type!r}"
+    raise UnsupportedMediaType(msg)
+
+
 async def _json(first: FileResult | None, rest: AsyncIterator[FileResult]) -> AsyncIterator[bytes]:
     yield b"["
     if first is not None:
@@ -232,17 +239,11 @@ async def _json(first: FileResult | None, rest: AsyncIterator[FileResult]) -> As
 
 async def _csv(first: FileResult | None, rest: AsyncIterator[FileResult]) -> AsyncIterator[bytes]:
     columns = list(FileResult.model_fields)
-
-    def line(values: list[Any]) -> bytes:
-        buf = io.StringIO()
-        csv.writer(buf).writerow(values)
-        return buf.getvalue().encode()
-
-    yield line(columns)
+    yield csv_line(columns)
     if first is not None:
-        yield line([getattr(first, c) for c in columns])
+        yield csv_line(getattr(first, c) for c in columns)
         async for row in rest:
-            yield line([getattr(row, c) for c in columns])
+            yield csv_line(getattr(row, c) for c in columns)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -258,6 +259,12 @@ def _add_error_handlers(app: FastAPI) -> None:
     ]
     for exc_type, code in by_type:
         app.add_exception_handler(exc_type, lambda _r, e, code=code: problem(code, str(e)))
+
+    @app.exception_handler(QuotaExceeded)
+    async def over_quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
+        response = problem(429, str(exc))
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
 
     @app.exception_handler(ClientDisconnect)
     async def disconnected(_request: Request, _exc: ClientDisconnect) -> Response:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from asyncpg import InterfaceError, PostgresError
@@ -14,11 +16,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from pdfqueue import keys, tracing
-from pdfqueue.batches import cancel_batch, register_batch
+from pdfqueue.batches import cancel_batch, register_batch, settle
 from pdfqueue.db import Database
 from pdfqueue.errors import BatchNotFound, ServiceUnavailable
 from pdfqueue.models import TERMINAL, BatchSummary, FileResult
 from pdfqueue.queue import remove
+from pdfqueue.quotas import Admission, Quotas
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
@@ -27,6 +30,8 @@ from pdfqueue_api.upload import store_upload
 
 log = logging.getLogger(__name__)
 DEPENDENCY_TIMEOUT_S = 2.0
+HIDDEN_FROM_TENANTS = {"user_id": None, "object_key": None}
+"""Report fields naming the host application's users (the key holds the user id)."""
 T = TypeVar("T")
 
 
@@ -43,16 +48,38 @@ class BatchService:
     storage: Storage
     publisher: PdfBatchPublisher | None = None
     """Set in Kubernetes mode (PDFQUEUE_KUBERNETES_NAMESPACE): one PdfBatch per upload."""
+    quotas: Quotas = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.quotas = Quotas(self.redis, self.db, self.settings)
+
+    @asynccontextmanager
+    async def admitted(self, tenant: str, declared_bytes: int) -> AsyncIterator[Admission]:
+        """Hold an upload slot of `tenant` while the body streams in (429 when none is left).
+
+        The slot is freed if the upload fails; once it is a batch, the batch's row counts.
+        """
+        admission = await self.quotas.admit(tenant, declared_bytes)
+        try:
+            yield admission
+        except BaseException:
+            with contextlib.suppress(Exception):  # best effort: Redis may be what failed
+                await asyncio.shield(admission.abandoned())
+            raise
+        with contextlib.suppress(ServiceUnavailable):  # the batch exists: a 503 would lie
+            await admission.accepted()  # if Redis missed this, the ticket expires by itself
 
     async def ping(self) -> None:
         """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down."""
         await _guard("redis", self.redis.ping())
         await _guard("postgresql", self.db.check())
 
-    async def create(self, tenant: str, chunks: AsyncIterator[bytes]) -> str:
+    async def create(
+        self, tenant: str, chunks: AsyncIterator[bytes], batch_id: str | None = None
+    ) -> str:
         """Store the ZIP, create the batch, enqueue `ingest`; undo it all on any failure."""
         await self.ping()
-        batch_id = uuid.uuid4().hex
+        batch_id = batch_id or uuid.uuid4().hex
         tracing.annotate(batch_id=batch_id)
         key = upload_key(batch_id)
         await store_upload(
@@ -114,7 +141,8 @@ class BatchService:
     async def cancel(self, tenant: str, batch_id: str) -> BatchSummary:
         """Drop pending work; running jobs finish and are counted; the batch ends CANCELLED."""
         summary = await self.get(tenant, batch_id)
-        if summary.status in TERMINAL:
+        if summary.status in TERMINAL:  # maybe only in Redis: an earlier cancel may have died
+            await _guard("queue", settle(self.db, self.state, batch_id))
             return summary
         dropped = await cancel_batch(
             self.db, self.state, self.redis, self.settings.queue_name, batch_id
@@ -123,9 +151,11 @@ class BatchService:
         return await self.get(tenant, batch_id)
 
     async def files(self, tenant: str, batch_id: str) -> AsyncIterator[FileResult]:
+        """The per-file report; which user a file went to is shown to trusted tenants only."""
         await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
+        trusted = tenant in self.settings.trusted_tenants
         async for row in self.db.iter_files(batch_id):
-            yield row
+            yield row if trusted else row.model_copy(update=HIDDEN_FROM_TENANTS)
 
 
 async def _guard(service: str, awaitable: Awaitable[T]) -> T:

@@ -61,3 +61,16 @@ async def cancel_batch(
     async for member, _ in redis.zscan_iter(queue_name, match=f"process:{batch_id}:*", count=1000):
         pending.append(member.decode() if isinstance(member, bytes) else member)
     return await remove(redis, queue_name, pending)
+
+
+async def settle(db: Database, state: BatchState, batch_id: str) -> None:
+    """Write to PostgreSQL a terminal status that Redis holds; idempotent.
+
+    Every transition writes Redis first, then PostgreSQL: a process that dies in between
+    leaves the durable row unfinished, and it would hold one of its tenant's concurrent-batch
+    slots for good. Whatever runs next for the batch (a redelivered job, a repeated cancel)
+    calls this.
+    """
+    live = await state.read(batch_id)
+    if live is not None and live[0].status in TERMINAL:
+        await db.finish_batch(batch_id, live[0].status, live[0].error)

@@ -70,18 +70,34 @@ class UserRow:
 
 @dataclass(frozen=True)
 class Database:
-    """Queries over one pool; `users_table` is the host application's table."""
+    """Queries over one pool; `users_table` is the host application's table.
+
+    With `tenant_column` set, every query of that table also requires the column to equal
+    the tenant of the batch being processed, read from the batch's own row in the same
+    statement: a batch can neither see nor link another tenant's users.
+    """
 
     pool: asyncpg.Pool
     users_table: str
+    tenant_column: str | None = None
 
     async def check(self) -> None:
         await self.pool.fetchval("SELECT 1")
 
     async def check_users_table(self) -> None:
         """Raise unless the host application's table has the columns pdfqueue reads."""
+        tenant = f", {quote_ident(self.tenant_column)}" if self.tenant_column else ""
         await self.pool.execute(
-            f"SELECT id, email, pdf_url FROM {quote_ident(self.users_table)} LIMIT 0"
+            f"SELECT id, email, pdf_url{tenant} FROM {quote_ident(self.users_table)} LIMIT 0"
+        )
+
+    def _batch_scope(self, batch_param: str) -> str:
+        """SQL restricting the users table to the tenant of the batch in `batch_param`."""
+        if self.tenant_column is None:
+            return ""
+        return (
+            f" AND {quote_ident(self.tenant_column)} ="
+            f" (SELECT tenant FROM pdfqueue_batches WHERE id = {batch_param})"
         )
 
     # --- batches --------------------------------------------------------------------------
@@ -95,6 +111,15 @@ class Database:
             BatchStatus.PENDING.value,
         )
         return _summary(row)
+
+    async def active_batches(self, tenant: str, uploading: Sequence[str] = ()) -> int:
+        """Batches of `tenant` not yet terminal, plus those of `uploading` without a row yet.
+
+        Derived from the durable rows (an index keeps it cheap), so a crash never leaks a
+        count, and an upload that just became a batch is counted once, whichever it is.
+        """
+        count: int = await self.pool.fetchval(_ACTIVE_BATCHES, tenant, list(uploading))
+        return count
 
     async def delete_batch(self, batch_id: str) -> None:
         await self.pool.execute("DELETE FROM pdfqueue_batches WHERE id = $1", batch_id)
@@ -200,7 +225,7 @@ class Database:
         `already_linked`). A retry after a crash finds its own earlier row and claims nothing.
         """
         row = await self.pool.fetchrow(
-            _CLAIM.format(users=quote_ident(self.users_table)),
+            _CLAIM.format(users=quote_ident(self.users_table), scope=self._batch_scope("$1")),
             ref.batch_id,
             ref.index,
             ref.name,
@@ -230,12 +255,15 @@ class Database:
             after = rows[-1].index
 
     # --- users (the host application's table) ------------------------------------------------
-    async def users_by_email(self, emails: Sequence[str]) -> dict[str, UserRow]:
-        """Users whose lower-cased email is one of `emails` (index `lower(email)` for speed)."""
+    async def users_by_email(self, emails: Sequence[str], *, batch_id: str) -> dict[str, UserRow]:
+        """Users whose lower-cased email is one of `emails` (index `lower(email)` for speed),
+        among those `batch_id` may see (its tenant's, when the table has a tenant column)."""
+        scoped = self.tenant_column is not None
         rows = await self.pool.fetch(
             f"SELECT id, lower(email) AS email, pdf_url FROM {quote_ident(self.users_table)}"
-            f" WHERE lower(email) = ANY($1::text[])",
+            f" WHERE lower(email) = ANY($1::text[]){self._batch_scope('$2')}",
             list(emails),
+            *([batch_id] if scoped else []),
         )
         return {r["email"]: UserRow(r["id"], r["email"], r["pdf_url"]) for r in rows}
 
@@ -267,6 +295,14 @@ SELECT f.idx, f.outcome, f.reason FROM pdfqueue_files f
 WHERE f.batch_id = $1 AND f.idx IN (SELECT idx FROM r) AND f.idx NOT IN (SELECT idx FROM ins)
 """
 
+# The predicate is the one of index pdfqueue_batches_active (0002), word for word.
+_ACTIVE_BATCHES = """
+SELECT (SELECT count(*) FROM pdfqueue_batches
+        WHERE tenant = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED'))
+     + (SELECT count(*) FROM unnest($2::text[]) AS u (id)
+        WHERE NOT EXISTS (SELECT 1 FROM pdfqueue_batches b WHERE b.id = u.id))
+"""
+
 _READ_FILES = (
     "SELECT idx, outcome, reason FROM pdfqueue_files WHERE batch_id = $1 AND idx = ANY($2::int[])"
 )
@@ -276,7 +312,7 @@ _READ_FILES = (
 # and only a row that went in (not a retry's second delivery) links the user.
 _CLAIM = """
 WITH u AS (
-    SELECT pdf_url FROM {users} WHERE id = $4 FOR UPDATE
+    SELECT pdf_url FROM {users} WHERE id = $4{scope} FOR UPDATE
 ), d AS (
     SELECT
         CASE WHEN NOT EXISTS (SELECT 1 FROM u) THEN 'skipped_no_match'
@@ -292,7 +328,7 @@ WITH u AS (
     ON CONFLICT DO NOTHING
     RETURNING outcome, reason
 ), linked AS (
-    UPDATE {users} SET pdf_url = $5 WHERE id = $4 AND EXISTS (
+    UPDATE {users} SET pdf_url = $5 WHERE id = $4{scope} AND EXISTS (
         SELECT 1 FROM ins WHERE outcome = 'linked')
 )
 SELECT outcome, reason FROM ins

@@ -44,6 +44,16 @@ class SourceOutsideBucket(PermanentError):
         self.source = source
 
 
+class QuotaExceeded(PdfQueueError):
+    """A tenant used up one of its quotas (HTTP 429); a retry after `retry_after_s` may pass."""
+
+    def __init__(self, quota: str, limit: int, retry_after_s: int) -> None:
+        super().__init__(f"quota {quota} ({limit}) is used up; retry in {retry_after_s} s")
+        self.quota = quota
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+
 class ServiceUnavailable(TransientError):
     """Redis, PostgreSQL or storage did not answer in time."""
 

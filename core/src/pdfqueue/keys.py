@@ -15,6 +15,11 @@ def outcomes(batch_id: str) -> str:
     return f"{PREFIX}:batch:{batch_id}:outcomes"
 
 
+def quota(tenant: str, name: str) -> str:
+    """A tenant's quota counter: `uploads`, `inflight` or `bytes:<UTC date>`."""
+    return f"{PREFIX}:quota:{tenant}:{name}"
+
+
 def ingest_job(batch_id: str) -> str:
     return f"ingest:{batch_id}"
 

@@ -69,5 +69,7 @@ class FileResult(BaseModel):
     """`ignored` for a member that is not a PDF by name: reported, never counted."""
     reason: str | None = None
     user_id: int | None = None
+    """The matched user; null unless the tenant is in `PDFQUEUE_TRUSTED_TENANTS`."""
     object_key: str | None = None
+    """Where the linked PDF is stored; null unless the tenant is in `PDFQUEUE_TRUSTED_TENANTS`."""
     sha256: str | None = None

@@ -6,12 +6,33 @@ import re
 from functools import cached_property
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ARQ_TIMEOUT_MARGIN_S = 5.0
 """Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Quota(BaseModel):
+    """One tenant's limits on uploads; 0 means no limit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uploads_per_minute: int = Field(ge=0)
+    bytes_per_day: int = Field(ge=0)
+    concurrent_batches: int = Field(ge=0)
+
+
+class TenantQuota(BaseModel):
+    """An entry of PDFQUEUE_TENANT_QUOTAS: the quotas it names replace the defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uploads_per_minute: int | None = Field(default=None, ge=0)
+    bytes_per_day: int | None = Field(default=None, ge=0)
+    concurrent_batches: int | None = Field(default=None, ge=0)
 
 
 class Settings(BaseSettings):
@@ -36,6 +57,13 @@ class Settings(BaseSettings):
     """Let `pdfqueue migrate` create the bucket when it does not exist."""
     users_table: str = "users"
     """The host application's table with columns `id`, `email`, `pdf_url`."""
+    users_tenant_column: str | None = None
+    """Text column of the users table naming each user's tenant. When set, a batch matches
+    and links only users whose column equals the batch's tenant (taken from the batch's row);
+    unset, every tenant matches against every user."""
+    trusted_tenants: Annotated[frozenset[str], NoDecode] = frozenset()
+    """Tenants, comma separated, whose per-file report shows `user_id` and `object_key`;
+    for every other tenant both are null (they name users of the host application)."""
 
     # --- API ----------------------------------------------------------------------------------
     api_tokens: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
@@ -48,6 +76,18 @@ class Settings(BaseSettings):
     """Base URL the API advertises in `status_url`; defaults to the request's own URL."""
     kubernetes_namespace: str | None = None
     """When set, the API also creates a `PdfBatch` object in this namespace for each upload."""
+
+    # --- per-tenant quotas on uploads (429 with Retry-After; 0 turns a quota off) --------------
+    quota_uploads_per_minute: int = Field(default=30, ge=0)
+    """Uploads one tenant may start in any 60 s."""
+    quota_bytes_per_day: int = Field(default=50 * 1024**3, ge=0)
+    """Bytes one tenant may upload per UTC day, counted as they stream (refused ones too)."""
+    quota_concurrent_batches: int = Field(default=10, ge=0)
+    """Batches of one tenant not yet COMPLETED, FAILED or CANCELLED, uploads in progress
+    included."""
+    tenant_quotas: dict[str, TenantQuota] = Field(default_factory=dict)
+    """Per-tenant overrides as JSON, e.g. `{"acme": {"bytes_per_day": 0}}`; a quota not
+    named keeps the default above."""
 
     # --- Kubernetes: operator, worker heartbeat -----------------------------------------------
     kubeconfig: str | None = None
@@ -156,9 +196,24 @@ class Settings(BaseSettings):
     @field_validator("users_table")
     @classmethod
     def _check_table(cls, value: str) -> str:
-        if not _IDENT.match(value):
+        if not _IDENT.fullmatch(value):
             msg = f"PDFQUEUE_USERS_TABLE {value!r} is not a plain [schema.]table name"
             raise ValueError(msg)
+        return value
+
+    @field_validator("users_tenant_column")
+    @classmethod
+    def _check_column(cls, value: str | None) -> str | None:
+        if value is not None and not _COLUMN.fullmatch(value):
+            msg = f"PDFQUEUE_USERS_TENANT_COLUMN {value!r} is not a plain column name"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("trusted_tenants", mode="before")
+    @classmethod
+    def _parse_tenants(cls, value: object) -> object:
+        if isinstance(value, str):
+            return frozenset(filter(None, (t.strip() for t in value.split(","))))
         return value
 
     @field_validator("upload_part_bytes")
@@ -168,6 +223,18 @@ class Settings(BaseSettings):
             msg = "PDFQUEUE_UPLOAD_PART_BYTES must be at least 5 MiB (the S3 multipart minimum)"
             raise ValueError(msg)
         return value
+
+    def quota_for(self, tenant: str) -> Quota:
+        """The tenant's quotas: its PDFQUEUE_TENANT_QUOTAS entry over the defaults."""
+        default = Quota(
+            uploads_per_minute=self.quota_uploads_per_minute,
+            bytes_per_day=self.quota_bytes_per_day,
+            concurrent_batches=self.quota_concurrent_batches,
+        )
+        override = self.tenant_quotas.get(tenant)
+        if override is None:
+            return default
+        return default.model_copy(update=override.model_dump(exclude_none=True))
 
     @property
     def export_traces(self) -> bool:

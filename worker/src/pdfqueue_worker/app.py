@@ -48,7 +48,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         settings=settings,
         redis=redis,
         state=BatchState(redis, settings.batch_ttl_s),
-        db=Database(pool, settings.users_table),
+        db=Database(pool, settings.users_table, settings.users_tenant_column),
         storage=Storage.from_settings(settings, threads=STORAGE_CONNECTIONS),
         extractor=Extractor(
             processes=settings.extract_processes,
@@ -63,7 +63,8 @@ async def startup(ctx: dict[str, Any]) -> None:
     except asyncpg.PostgresError as exc:
         log.error(  # loud, but no crash loop: the host application may create it later
             "PDFQUEUE_USERS_TABLE %r cannot be read (%s): PDFs will be retried and then fail"
-            " with database_schema_error until it has columns id, email and pdf_url",
+            " with database_schema_error until it has columns id, email and pdf_url"
+            " (and PDFQUEUE_USERS_TENANT_COLUMN when set)",
             settings.users_table,
             exc,
         )

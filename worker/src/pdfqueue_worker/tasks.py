@@ -15,6 +15,7 @@ from arq import Retry
 from arq.constants import retry_key_prefix
 
 from pdfqueue import keys, metrics
+from pdfqueue.batches import settle
 from pdfqueue.db import UserRow
 from pdfqueue.errors import PermanentError, transient_reason
 from pdfqueue.models import TERMINAL, BatchStatus, FileRef, Outcome
@@ -102,6 +103,7 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
 
 async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
     if await deps.state.status(batch_id) in TERMINAL:
+        await settle(deps.db, deps.state, batch_id)  # whoever finished it may have died
         return "already finished"
     try:
         listing = await deps.storage.run(list_members, deps.storage.backend, source, deps.limits)
@@ -176,10 +178,12 @@ async def process(
                 deps.settings.job_timeout_s - RECORD_RESERVE_S, deps.settings.job_timeout_s / 2
             )
             if await deps.state.status(batch_id) is BatchStatus.CANCELLED:
+                await settle(deps.db, deps.state, batch_id)  # the canceller may have died
                 return "cancelled"
             todo = await _unrecorded(deps, batch_id, [Member(**m) for m in members])
-            if not todo:
-                return "nothing to do"  # a second delivery after every file was recorded
+            if not todo:  # a second delivery after every file was recorded
+                await settle(deps.db, deps.state, batch_id)  # the first may have died
+                return "nothing to do"
             if ctx["job_try"] > deps.settings.max_tries:
                 reason = await _last_error(deps, ctx)
                 await record(deps, batch_id, {_ref(batch_id, m): failed(reason) for m in todo})
@@ -263,7 +267,8 @@ async def _match(
             break
         with stage("match"):
             wanted = sorted({e for extraction in found.values() for e in extraction.emails})
-            users = await deps.db.users_by_email(wanted)
+            # every file of a job is of one batch, whose tenant scopes the users it may match
+            users = await deps.db.users_by_email(wanted, batch_id=next(iter(found)).batch_id)
         for ref, extraction in found.items():
             user = next((users[e] for e in extraction.emails if e in users), None)
             if user is not None:
