@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     retried until its tries run out before it fails with `timeout`."""
     extract_max_pages: int = 50
     """Pages read per PDF when looking for an email; an email is almost always on page one."""
+    extract_max_page_chars: int = Field(default=100_000, ge=1)
+    """Characters of one page's text searched for addresses. A dense page has under 15,000; the
+    cap bounds the work a page of hostile text can cause (the search is linear in it)."""
     extract_memory_bytes: int = 320 * 1024**2
     """Address-space limit of each parsing process, so a decompression bomb fails one file
     (256 MiB still reads ordinary PDFs; pypdf's own stream limit is 75 MB)."""
