@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import re
+import struct
+import tracemalloc
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+import asyncpg
+import httpx
 import pytest
 from fpdf import FPDF
+from helpers import RunWorker
+from redis.asyncio import Redis
 
+from pdfqueue.batches import register_batch
+from pdfqueue.db import Database, connect
+from pdfqueue.errors import DirectoryTooLarge
+from pdfqueue.samples import seed_users
+from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState
+from pdfqueue.storage import Storage
+from pdfqueue.zipdir import DirectoryLimits, count_entries
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extract import Extractor
 
@@ -81,3 +99,159 @@ async def test_a_pdf_with_a_megabyte_of_local_part_characters_is_read_not_timed_
     assert (await capped_extractor.extract(late)).emails == ["x@late.example"]
     later = two_page_pdf("a" * 250_000 + " x@late.example", "")
     assert (await capped_extractor.extract(later)).emails == []
+
+
+# --- a central directory of millions of entries -------------------------------------------
+
+ENTRY_NAME = b"a.pdf"
+"""51-byte directory entries (46 fixed + this name): the cheapest way to ask for 340 bytes
+of `ZipInfo` each from a parser that builds every entry before counting them."""
+PEAK_BYTES = 64 * 1024**2
+"""What reading such an archive may allocate at its peak. The old code parsed the whole
+directory first: ~800 MB for two million entries."""
+
+
+def huge_directory_zip(entries: int, *, declared: int | None = None) -> bytes:
+    """One 5-byte stored member, then `entries` directory entries all naming it.
+
+    With `declared`, a plain end record claims that many entries (a lie); otherwise the
+    count is honest, in ZIP64 end records once it passes 65,535.
+    """
+    data = b"%PDF-"
+    crc = zlib.crc32(data)
+    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, crc, 5, 5, len(ENTRY_NAME), 0)
+    # No extra field, comment, disk or attributes; the local header at offset 0.
+    entry = struct.pack(
+        "<4s4B4HL2L5H2L", b"PK\x01\x02", 20, 3, 20, 0, 0, 0, 0, 0, crc, 5, 5, 5, 0, 0, 0, 0, 0, 0
+    )
+    assert len(entry + ENTRY_NAME) == 51
+    directory = (entry + ENTRY_NAME) * entries
+    start = len(local) + len(data) + len(ENTRY_NAME)
+    if declared is not None:
+        end = struct.pack(
+            "<4s4H2LH", b"PK\x05\x06", 0, 0, declared, declared, len(directory), start, 0
+        )
+        return local + ENTRY_NAME + data + directory + end
+    end64 = struct.pack(
+        "<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, entries, entries, len(directory), start
+    )
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, start + len(directory), 1)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFF_FFFF, 0xFFFF_FFFF, 0)
+    return local + ENTRY_NAME + data + directory + end64 + locator + end
+
+
+TWO_MILLION = "two million entries, declared"
+LYING = "650,000 entries, 10 declared"
+HUGE = {
+    TWO_MILLION: (
+        lambda: huge_directory_zip(2_000_000),
+        "the archive declares 2000000 members; the limit is 100000",
+    ),
+    LYING: (
+        lambda: huge_directory_zip(650_000, declared=10),  # 33 MB: under the directory limit
+        "the archive holds more than 100000 members; that is the limit",
+    ),
+}
+
+
+async def in_chunks(data: bytes, size: int = 1024**2) -> AsyncIterator[bytes]:
+    view = memoryview(data)
+    for at in range(0, len(data), size):
+        yield bytes(view[at : at + size])
+
+
+async def traced(work: Any) -> tuple[Any, int]:
+    """Await `work` and return its result with the peak of Python allocations meanwhile."""
+    tracemalloc.start()
+    try:
+        result = await work
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("shape", list(HUGE))
+async def test_the_api_refuses_a_huge_directory_with_413_and_keeps_nothing(
+    shape: str,
+    api: httpx.AsyncClient,
+    settings: Settings,
+    redis: Redis,
+    db: asyncpg.Connection,
+    s3_keys: Callable[[str], list[str]],
+) -> None:
+    build, reason = HUGE[shape]
+    body = build()
+    batches = await db.fetchval("SELECT count(*) FROM pdfqueue_batches")
+    response, peak = await traced(
+        api.post(
+            "/v1/batches",
+            content=in_chunks(body),
+            headers={"Content-Type": "application/zip"},
+        )
+    )
+    assert response.status_code == 413, response.text
+    assert response.json() == {"detail": reason}
+    assert s3_keys("") == []
+    assert await db.fetchval("SELECT count(*) FROM pdfqueue_batches") == batches
+    assert await redis.zcard(settings.queue_name) == 0
+    assert peak < PEAK_BYTES, f"peak {peak / 1e6:.0f} MB"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("shape", list(HUGE))
+async def test_ingest_fails_a_huge_directory_with_its_reason_and_nothing_else(
+    shape: str,
+    settings: Settings,
+    storage: Storage,
+    redis: Redis,
+    db: asyncpg.Connection,
+    run_worker: RunWorker,
+) -> None:
+    """As a PdfBatch could name any object: ingest refuses the archive with bounded memory."""
+    build, reason = HUGE[shape]
+    await seed_users(db, [], table=settings.users_table)
+    source = f"incoming/{uuid.uuid4().hex}.zip"
+    await storage.run(storage.backend.put, source, build())  # boto3: one 100 MB PUT
+    batch_id = uuid.uuid4().hex
+    pool = await connect(settings.database_url, max_size=2)
+    try:
+        await register_batch(
+            Database(pool, settings.users_table),
+            BatchState(redis, settings.batch_ttl_s),
+            redis,
+            settings.queue_name,
+            batch_id=batch_id,
+            tenant="acme",
+            source_key=source,
+        )
+    finally:
+        await pool.close()
+    _, peak = await traced(run_worker())
+    row = await db.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", batch_id)
+    assert (row["status"], row["error"], row["total_files"]) == ("FAILED", reason, None)
+    assert (
+        await db.fetchval("SELECT count(*) FROM pdfqueue_files WHERE batch_id = $1", batch_id) == 0
+    )
+    assert await redis.zcard(settings.queue_name) == 0  # no process job was ever queued
+    assert peak < PEAK_BYTES, f"peak {peak / 1e6:.0f} MB"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("shape", list(HUGE))
+async def test_the_shared_directory_walk_holds_a_few_megabytes_at_most(
+    shape: str, settings: Settings, storage: Storage
+) -> None:
+    """The check both the API and ingest run, alone: one ranged read of the tail, then the
+    directory one megabyte at a time, nothing kept per entry."""
+    build, reason = HUGE[shape]
+    key = f"incoming/{uuid.uuid4().hex}.zip"
+    await storage.run(storage.backend.put, key, build())
+    tracemalloc.start()
+    try:
+        with pytest.raises(DirectoryTooLarge, match=re.escape(reason)):
+            count_entries(storage.backend, key, DirectoryLimits.from_settings(settings))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024**2, f"peak {peak / 1e6:.1f} MB"

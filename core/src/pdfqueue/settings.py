@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     """Live state in Redis expires this long after the batch's last activity."""
     max_members: int = 100_000
     """Most ZIP members one upload may hold (directories included)."""
+    max_directory_bytes: int = Field(default=32 * 1024**2, ge=0)
+    """Largest ZIP central directory, read before any member: 100,000 entries with names of
+    ~200 bytes fit, while a directory of millions of empty entries is refused up front."""
     max_pdf_bytes: int = 100 * 1024**2
     """Largest uncompressed size of one member."""
     max_total_uncompressed_bytes: int = 20 * 1024**3
