@@ -21,7 +21,11 @@ from pdfqueue_worker.archive import (
 )
 
 LIMITS = Limits(
-    max_members=50, max_member_bytes=1_000_000, max_total_bytes=5_000_000, max_ratio=100
+    max_members=50,
+    max_member_bytes=1_000_000,
+    max_total_bytes=5_000_000,
+    max_ratio=100,
+    max_directory_bytes=100_000,
 )
 PDF = b"%PDF-1.4\n" + b"x" * 500 + b"\n%%EOF\n"
 
@@ -88,7 +92,7 @@ def test_too_many_members_and_total_size_reject_the_archive(tmp_path: Path) -> N
     backend = make_zip(tmp_path, {f"{i}.pdf": PDF for i in range(51)})
     with pytest.raises(ArchiveRejected, match="51 members"):
         list_members(backend, "a.zip", LIMITS)
-    small_total = Limits(50, 1_000_000, 2_000, 100)
+    small_total = Limits(50, 1_000_000, 2_000, 100, 100_000)
     with pytest.raises(ArchiveRejected, match="uncompressed bytes"):
         list_members(make_zip(tmp_path, {f"{i}.pdf": PDF for i in range(5)}), "a.zip", small_total)
 

@@ -22,6 +22,7 @@ from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
     ArchiveTooLarge,
     BatchNotFound,
+    DirectoryTooLarge,
     NotAZipArchive,
     PdfQueueError,
     QuotaExceeded,
@@ -253,6 +254,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     by_type: list[tuple[type[Exception], int]] = [
         (BatchNotFound, 404),
         (ArchiveTooLarge, 413),
+        (DirectoryTooLarge, 413),
         (UnsupportedMediaType, 415),
         (NotAZipArchive, 422),
         (ServiceUnavailable, 503),

@@ -25,6 +25,7 @@ from pdfqueue.quotas import Admission, Quotas
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
+from pdfqueue.zipdir import DirectoryLimits
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.upload import store_upload
 
@@ -88,6 +89,7 @@ class BatchService:
             chunks,
             max_bytes=self.settings.max_upload_bytes,
             part_bytes=self.settings.upload_part_bytes,
+            directory_limits=DirectoryLimits.from_settings(self.settings),
         )
         try:
             await self._register(batch_id, tenant, key)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import AsyncIterator
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from pdfqueue.errors import ArchiveTooLarge, NotAZipArchive
-from pdfqueue.storage import RangeReader, Storage
+from pdfqueue.storage import Storage
+from pdfqueue.zipdir import DirectoryLimits, count_entries
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a first member, or an empty archive
 ZIP_TYPES = {"application/zip", "application/x-zip-compressed", "application/octet-stream"}
@@ -85,7 +85,13 @@ class FormFileReader:
 
 
 async def store_upload(
-    storage: Storage, key: str, chunks: AsyncIterator[bytes], *, max_bytes: int, part_bytes: int
+    storage: Storage,
+    key: str,
+    chunks: AsyncIterator[bytes],
+    *,
+    max_bytes: int,
+    part_bytes: int,
+    directory_limits: DirectoryLimits,
 ) -> int:
     """Write `chunks` to `key` in parts; nothing stays behind if anything goes wrong."""
     sink = await storage.begin_upload(key)
@@ -110,8 +116,8 @@ async def store_upload(
     except BaseException:
         await storage.run(sink.abort)
         raise
-    try:
-        await storage.run(_check_directory, storage, key)
+    try:  # a fake, truncated or oversized ZIP gets its 413/422 now, not a failed batch later
+        await storage.run(count_entries, storage.backend, key, directory_limits)
     except BaseException:
         await storage.delete(key)
         raise
@@ -122,12 +128,3 @@ def _check_magic(head: bytes) -> None:
     if head[:4] not in ZIP_MAGIC:
         msg = "it does not start with a ZIP signature"
         raise NotAZipArchive(msg)
-
-
-def _check_directory(storage: Storage, key: str) -> None:
-    """Reject a truncated or fake ZIP now, with a clear 422, not later as a failed batch."""
-    try:
-        with zipfile.ZipFile(RangeReader(storage.backend, key)):
-            pass
-    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
-        raise NotAZipArchive(str(exc)) from exc

@@ -38,6 +38,11 @@ class ArchiveRejected(PermanentError):
     """The ZIP as a whole breaks a safety limit (too many members, too much data)."""
 
 
+class DirectoryTooLarge(ArchiveRejected):
+    """The ZIP declares or holds more entries, or a bigger central directory, than allowed
+    (HTTP 413): refused before anything is built per entry."""
+
+
 class SourceOutsideBucket(PermanentError):
     def __init__(self, source: str, bucket: str) -> None:
         super().__init__(f"source {source!r} is not inside the configured bucket {bucket!r}")

@@ -112,6 +112,9 @@ class Settings(BaseSettings):
     """Live state in Redis expires this long after the batch's last activity."""
     max_members: int = 100_000
     """Most ZIP members one upload may hold (directories included)."""
+    max_directory_bytes: int = Field(default=32 * 1024**2, ge=0)
+    """Largest ZIP central directory, read before any member: 100,000 entries with names of
+    ~200 bytes fit, while a directory of millions of empty entries is refused up front."""
     max_pdf_bytes: int = 100 * 1024**2
     """Largest uncompressed size of one member."""
     max_total_uncompressed_bytes: int = 20 * 1024**3
@@ -139,6 +142,9 @@ class Settings(BaseSettings):
     retried until its tries run out before it fails with `timeout`."""
     extract_max_pages: int = 50
     """Pages read per PDF when looking for an email; an email is almost always on page one."""
+    extract_max_page_chars: int = Field(default=100_000, ge=1)
+    """Characters of one page's text searched for addresses. A dense page has under 15,000; the
+    cap bounds the work a page of hostile text can cause (the search is linear in it)."""
     extract_memory_bytes: int = 320 * 1024**2
     """Address-space limit of each parsing process, so a decompression bomb fails one file
     (256 MiB still reads ordinary PDFs; pypdf's own stream limit is 75 MB)."""

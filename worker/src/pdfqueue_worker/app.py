@@ -56,6 +56,7 @@ async def startup(ctx: dict[str, Any]) -> None:
             max_pages=settings.extract_max_pages,
             memory_bytes=settings.extract_memory_bytes,
             tasks_per_process=settings.extract_tasks_per_process,
+            max_page_chars=settings.extract_max_page_chars,
         ),
     )
     try:

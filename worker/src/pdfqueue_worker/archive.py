@@ -10,8 +10,9 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pdfqueue.errors import ArchiveRejected, NotAZipArchive, PermanentError
-from pdfqueue.storage import Backend, RangeReader
+from pdfqueue.errors import ArchiveRejected, PermanentError
+from pdfqueue.storage import Backend
+from pdfqueue.zipdir import DirectoryLimits, Entry, walk_directory
 
 _SUPPORTED_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
 _LOCAL_HEADER = struct.Struct(zipfile.structFileHeader)
@@ -32,9 +33,14 @@ class Limits:
     max_member_bytes: int
     max_total_bytes: int
     max_ratio: float
+    max_directory_bytes: int
+
+    @property
+    def directory(self) -> DirectoryLimits:
+        return DirectoryLimits(self.max_members, self.max_directory_bytes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Member:
     """Where one member's bytes are inside the archive: enough to read it with one ranged GET."""
 
@@ -69,49 +75,52 @@ class Listing:
 
 
 def list_members(backend: Backend, key: str, limits: Limits) -> Listing:
-    """Classify every member of the stored ZIP from its central directory (blocking)."""
-    try:
-        with zipfile.ZipFile(RangeReader(backend, key)) as zf:
-            infos = zf.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
-        raise NotAZipArchive(str(exc)) from exc
-    if len(infos) > limits.max_members:
-        msg = f"the archive has {len(infos)} members; the limit is {limits.max_members}"
-        raise ArchiveRejected(msg)
-    declared = sum(i.file_size for i in infos)
-    if declared > limits.max_total_bytes:
-        msg = (
-            f"the archive declares {declared} uncompressed bytes;"
-            f" the limit is {limits.max_total_bytes}"
-        )
-        raise ArchiveRejected(msg)
-    _reject_overlaps(infos)
+    """Classify every member of the stored ZIP from its central directory (blocking).
 
+    The directory is walked entry by entry (`pdfqueue.zipdir`), refused as soon as it breaks
+    a limit, so what this holds per entry is bounded by `max_members`.
+    """
     listing = Listing()  # duplicate names are processed: content decides what is a duplicate
-    for index, info in enumerate(infos):
-        name = info.filename
-        if info.is_dir() or _is_metadata(name):
-            continue
-        if not name.lower().endswith(".pdf"):
-            listing.ignored.append((index, name, "not_a_pdf"))
-            continue
-        try:
-            _check_member(info, limits)
-        except MemberRejected as exc:
-            listing.rejected.append((index, name, exc))
-            continue
-        listing.pdfs.append(
-            Member(
-                index,
-                name,
-                info.header_offset,
-                info.compress_size,
-                info.file_size,
-                info.compress_type,
-                info.CRC,
+    spans: list[tuple[int, int]] = []
+    declared = 0
+    for entry in walk_directory(backend, key, limits.directory):
+        declared += entry.size
+        if declared > limits.max_total_bytes:
+            msg = (
+                f"the archive declares at least {declared} uncompressed bytes;"
+                f" the limit is {limits.max_total_bytes}"
             )
-        )
+            raise ArchiveRejected(msg)
+        if not entry.is_dir:
+            spans.append((entry.offset, entry.offset + entry.compressed_size))
+        _classify(listing, entry, limits)
+    _reject_overlaps(spans)
     return listing
+
+
+def _classify(listing: Listing, entry: Entry, limits: Limits) -> None:
+    name = entry.name
+    if entry.is_dir or _is_metadata(name):
+        return
+    if not name.lower().endswith(".pdf"):
+        listing.ignored.append((entry.index, name, "not_a_pdf"))
+        return
+    try:
+        _check_member(entry, limits)
+    except MemberRejected as exc:
+        listing.rejected.append((entry.index, name, exc))
+        return
+    listing.pdfs.append(
+        Member(
+            entry.index,
+            name,
+            entry.offset,
+            entry.compressed_size,
+            entry.size,
+            entry.method,
+            entry.crc,
+        )
+    )
 
 
 def _is_metadata(name: str) -> bool:
@@ -119,28 +128,24 @@ def _is_metadata(name: str) -> bool:
     return name.startswith("__MACOSX/") or base.startswith("._") or base == ".DS_Store"
 
 
-def _check_member(info: zipfile.ZipInfo, limits: Limits) -> None:
-    name = info.filename
+def _check_member(entry: Entry, limits: Limits) -> None:
+    name = entry.name
     if name.startswith("/") or ".." in name.split("/") or "\\" in name or ":" in name:
         raise MemberRejected("unsafe_name", f"member name {name!r} is absolute or climbs out")
-    if info.flag_bits & 0x1:
+    if entry.flag_bits & 0x1:
         raise MemberRejected("encrypted_member", f"{name!r} is encrypted inside the ZIP")
-    if info.compress_type not in _SUPPORTED_METHODS:
-        raise MemberRejected(
-            "unsupported_compression", f"{name!r} uses method {info.compress_type}"
-        )
-    if info.file_size > limits.max_member_bytes:
-        raise MemberRejected("too_large", f"{name!r} is {info.file_size} bytes uncompressed")
-    ratio = info.file_size / max(info.compress_size, 1)
+    if entry.method not in _SUPPORTED_METHODS:
+        raise MemberRejected("unsupported_compression", f"{name!r} uses method {entry.method}")
+    if entry.size > limits.max_member_bytes:
+        raise MemberRejected("too_large", f"{name!r} is {entry.size} bytes uncompressed")
+    ratio = entry.size / max(entry.compressed_size, 1)
     if ratio > limits.max_ratio:
         raise MemberRejected("compression_ratio", f"{name!r} expands {ratio:.0f}x: a zip bomb?")
 
 
-def _reject_overlaps(infos: list[zipfile.ZipInfo]) -> None:
+def _reject_overlaps(spans: list[tuple[int, int]]) -> None:
     """Overlapping members are the trick behind non-recursive zip bombs: refuse the archive."""
-    spans = sorted(
-        (i.header_offset, i.header_offset + i.compress_size) for i in infos if not i.is_dir()
-    )
+    spans.sort()
     for (_, end), (start, _) in itertools.pairwise(spans):
         if start < end:
             msg = "members overlap inside the archive (an overlapping-entry zip bomb?)"

@@ -32,6 +32,7 @@ class Deps:
             max_member_bytes=s.max_pdf_bytes,
             max_total_bytes=s.max_total_uncompressed_bytes,
             max_ratio=s.max_compression_ratio,
+            max_directory_bytes=s.max_directory_bytes,
         )
 
     def backoff_s(self, job_try: int) -> float:

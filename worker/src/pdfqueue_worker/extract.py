@@ -15,7 +15,7 @@ from pebble import ProcessExpired, ProcessPool
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
-from pdfqueue_worker.emails import find_emails
+from pdfqueue_worker.emails import DEFAULT_MAX_PAGE_CHARS, find_emails
 
 
 class Unreadable(Exception):
@@ -44,7 +44,7 @@ def _limit_memory(max_bytes: int) -> None:
 
 
 def read_pdf(
-    data: bytes, max_pages: int, start_page: int = 0
+    data: bytes, max_pages: int, start_page: int = 0, max_page_chars: int = DEFAULT_MAX_PAGE_CHARS
 ) -> tuple[str, list[str], int, bool, int | None]:
     """Runs in a pool process: pages from `start_page` on, up to the first page with an
     address, which is page one for nearly every résumé (reading the rest would double the
@@ -60,7 +60,7 @@ def read_pdf(
         for number in range(start_page, last):
             text = reader.pages[number].extract_text()
             has_text = has_text or bool(text.strip())
-            emails.extend(e for e in find_emails(text) if e not in emails)
+            emails.extend(e for e in find_emails(text, max_page_chars) if e not in emails)
             if emails and number + 1 < last:
                 return "", emails, pages, has_text, number + 1
     except (FileNotDecryptedError, DependencyError):
@@ -90,9 +90,11 @@ class Extractor:
         max_pages: int,
         memory_bytes: int,
         tasks_per_process: int,
+        max_page_chars: int = DEFAULT_MAX_PAGE_CHARS,
     ) -> None:
         self.timeout_s = timeout_s
         self.max_pages = max_pages
+        self.max_page_chars = max_page_chars
         self.pool = ProcessPool(
             max_workers=processes or os.cpu_count() or 1,
             max_tasks=tasks_per_process,
@@ -105,7 +107,9 @@ class Extractor:
     async def extract(self, data: bytes, start_page: int = 0) -> Extraction:
         """Read up to the first page with an address; `start_page` continues from there."""
         future = self.pool.schedule(
-            read_pdf, args=(data, self.max_pages, start_page), timeout=self.timeout_s
+            read_pdf,
+            args=(data, self.max_pages, start_page, self.max_page_chars),
+            timeout=self.timeout_s,
         )
         try:
             reason, emails, pages, has_text, next_page = await asyncio.wrap_future(future)

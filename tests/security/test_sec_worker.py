@@ -1,0 +1,261 @@
+"""Hostile archives and PDFs against the worker: huge ZIP directories, pages that stall a regex."""
+
+from __future__ import annotations
+
+import re
+import struct
+import tracemalloc
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from fpdf import FPDF
+from helpers import RunWorker
+from redis.asyncio import Redis
+
+from pdfqueue.batches import register_batch
+from pdfqueue.db import Database, connect
+from pdfqueue.errors import DirectoryTooLarge
+from pdfqueue.samples import seed_users
+from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState
+from pdfqueue.storage import Storage
+from pdfqueue.zipdir import DirectoryLimits, count_entries
+from pdfqueue_worker.emails import find_emails
+from pdfqueue_worker.extract import Extractor
+
+MEGABYTE = 1_000_000
+
+# Shapes of page text that made the old single-regex search quadratic, or that stress an
+# `@`-anchored one: a run of local-part characters, many `@`, long dotted domains, chains;
+# with the addresses each holds (the old search finds the same on a short prefix).
+HOSTILE_PAGES: dict[str, tuple[str, list[str]]] = {
+    "local-part run": ("a" * MEGABYTE, []),
+    "dotted run": ("a." * (MEGABYTE // 2), []),
+    "many @": ("@" * MEGABYTE, []),
+    "a@a@a": ("a@" * (MEGABYTE // 2), []),
+    "long dotted domain": ("x@" + "a." * (MEGABYTE // 2), []),
+    "runs of 64 then @": (("b" * 64 + "@") * (MEGABYTE // 65), []),
+    "address chain": ("a@a.aa" * (MEGABYTE // 6), ["a@a.aaa", "a.aaa@a.aaa"]),
+    "run then address": ("a" * MEGABYTE + " jane@example.com", ["jane@example.com"]),
+}
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize("shape", list(HOSTILE_PAGES))
+def test_a_hostile_megabyte_page_is_searched_in_linear_time(shape: str) -> None:
+    """Each shape in full (no page cap). The old search was quadratic on runs: the first two
+    shapes would take hours. The 5 s bound is not a benchmark; linear work here takes well
+    under one second."""
+    page, expected = HOSTILE_PAGES[shape]
+    assert find_emails(page, max_chars=len(page)) == expected
+
+
+@pytest.mark.timeout(5)
+def test_a_hostile_page_is_cut_at_the_page_cap_by_default() -> None:
+    """The default search reads the first PDFQUEUE_EXTRACT_MAX_PAGE_CHARS of a page."""
+    assert find_emails("a" * MEGABYTE + " jane@example.com") == []
+    assert find_emails("jane@example.com " + "a" * MEGABYTE) == ["jane@example.com"]
+
+
+def two_page_pdf(first: str, second: str) -> bytes:
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=8)
+    for text in (first, second):
+        pdf.add_page()
+        pdf.text(10, 10, text)
+    return bytes(pdf.output())
+
+
+@pytest.fixture
+async def capped_extractor() -> AsyncIterator[Extractor]:
+    ex = Extractor(
+        processes=1,
+        timeout_s=10,
+        max_pages=50,
+        memory_bytes=512 * 1024**2,
+        tasks_per_process=10,
+        max_page_chars=200_000,
+    )
+    yield ex
+    ex.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_pdf_with_a_megabyte_of_local_part_characters_is_read_not_timed_out(
+    capped_extractor: Extractor,
+) -> None:
+    """Through the real parsing process: page one is a megabyte of `a`, page two the address.
+    The old search never finished page one (the parser was killed: `timeout`)."""
+    data = two_page_pdf("a" * MEGABYTE, "Contact: Jane.Doe@Example.com")
+    found = await capped_extractor.extract(data)
+    assert found.emails == ["jane.doe@example.com"]
+    assert found.pages == 2
+    # The cap is the extractor's, not the module default: past 200,000 characters, unseen.
+    late = two_page_pdf("a" * 150_000 + " x@late.example " + "a" * 100_000, "")
+    assert (await capped_extractor.extract(late)).emails == ["x@late.example"]
+    later = two_page_pdf("a" * 250_000 + " x@late.example", "")
+    assert (await capped_extractor.extract(later)).emails == []
+
+
+# --- a central directory of millions of entries -------------------------------------------
+
+ENTRY_NAME = b"a.pdf"
+"""51-byte directory entries (46 fixed + this name): the cheapest way to ask for 340 bytes
+of `ZipInfo` each from a parser that builds every entry before counting them."""
+PEAK_BYTES = 64 * 1024**2
+"""What reading such an archive may allocate at its peak. The old code parsed the whole
+directory first: 1.1-1.4 GB traced in ingest, and no try finished within its deadline."""
+
+
+def huge_directory_zip(entries: int, *, declared: int | None = None) -> bytes:
+    """One 5-byte stored member, then `entries` directory entries all naming it.
+
+    With `declared`, a plain end record claims that many entries (a lie); otherwise the
+    count is honest, in ZIP64 end records once it passes 65,535.
+    """
+    data = b"%PDF-"
+    crc = zlib.crc32(data)
+    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, crc, 5, 5, len(ENTRY_NAME), 0)
+    # No extra field, comment, disk or attributes; the local header at offset 0.
+    entry = struct.pack(
+        "<4s4B4HL2L5H2L", b"PK\x01\x02", 20, 3, 20, 0, 0, 0, 0, 0, crc, 5, 5, 5, 0, 0, 0, 0, 0, 0
+    )
+    assert len(entry + ENTRY_NAME) == 51
+    directory = (entry + ENTRY_NAME) * entries
+    start = len(local) + len(data) + len(ENTRY_NAME)
+    if declared is not None:
+        end = struct.pack(
+            "<4s4H2LH", b"PK\x05\x06", 0, 0, declared, declared, len(directory), start, 0
+        )
+        return local + ENTRY_NAME + data + directory + end
+    end64 = struct.pack(
+        "<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, entries, entries, len(directory), start
+    )
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, start + len(directory), 1)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFF_FFFF, 0xFFFF_FFFF, 0)
+    return local + ENTRY_NAME + data + directory + end64 + locator + end
+
+
+TWO_MILLION = "two million entries, declared"
+LYING = "650,000 entries, 10 declared"
+HUGE = {
+    TWO_MILLION: (
+        lambda: huge_directory_zip(2_000_000),
+        "the archive declares 2000000 members; the limit is 100000",
+    ),
+    LYING: (
+        lambda: huge_directory_zip(650_000, declared=10),  # 33 MB: under the directory limit
+        "the archive holds more than 100000 members; that is the limit",
+    ),
+}
+
+
+async def in_chunks(data: bytes, size: int = 1024**2) -> AsyncIterator[bytes]:
+    view = memoryview(data)
+    for at in range(0, len(data), size):
+        yield bytes(view[at : at + size])
+
+
+async def traced(work: Any) -> tuple[Any, int]:
+    """Await `work` and return its result with the peak of Python allocations meanwhile."""
+    tracemalloc.start()
+    try:
+        result = await work
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("shape", list(HUGE))
+async def test_the_api_refuses_a_huge_directory_with_413_and_keeps_nothing(
+    shape: str,
+    api: httpx.AsyncClient,
+    settings: Settings,
+    redis: Redis,
+    db: asyncpg.Connection,
+    s3_keys: Callable[[str], list[str]],
+) -> None:
+    build, reason = HUGE[shape]
+    body = build()
+    batches = await db.fetchval("SELECT count(*) FROM pdfqueue_batches")
+    response, peak = await traced(
+        api.post(
+            "/v1/batches",
+            content=in_chunks(body),
+            headers={"Content-Type": "application/zip"},
+        )
+    )
+    assert response.status_code == 413, response.text
+    assert response.json() == {"detail": reason}
+    assert s3_keys("") == []
+    assert await db.fetchval("SELECT count(*) FROM pdfqueue_batches") == batches
+    assert await redis.zcard(settings.queue_name) == 0
+    assert peak < PEAK_BYTES, f"peak {peak / 1e6:.0f} MB"
+
+
+@pytest.mark.timeout(300)
+# Tracing every allocation slows the walk several times over; on a busy machine that could
+# pass the 20 s job deadline of the test settings, which is not what this test is about.
+@pytest.mark.settings(job_timeout_s=120, job_completion_wait_s=130)
+@pytest.mark.parametrize("shape", list(HUGE))
+async def test_ingest_fails_a_huge_directory_with_its_reason_and_nothing_else(
+    shape: str,
+    settings: Settings,
+    storage: Storage,
+    redis: Redis,
+    db: asyncpg.Connection,
+    run_worker: RunWorker,
+) -> None:
+    """As a PdfBatch could name any object: ingest refuses the archive with bounded memory."""
+    build, reason = HUGE[shape]
+    await seed_users(db, [], table=settings.users_table)
+    source = f"incoming/{uuid.uuid4().hex}.zip"
+    await storage.run(storage.backend.put, source, build())  # boto3: one 100 MB PUT
+    batch_id = uuid.uuid4().hex
+    pool = await connect(settings.database_url, max_size=2)
+    try:
+        await register_batch(
+            Database(pool, settings.users_table),
+            BatchState(redis, settings.batch_ttl_s),
+            redis,
+            settings.queue_name,
+            batch_id=batch_id,
+            tenant="acme",
+            source_key=source,
+        )
+    finally:
+        await pool.close()
+    _, peak = await traced(run_worker())
+    row = await db.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", batch_id)
+    assert (row["status"], row["error"], row["total_files"]) == ("FAILED", reason, None)
+    assert (
+        await db.fetchval("SELECT count(*) FROM pdfqueue_files WHERE batch_id = $1", batch_id) == 0
+    )
+    assert await redis.zcard(settings.queue_name) == 0  # no process job was ever queued
+    assert peak < PEAK_BYTES, f"peak {peak / 1e6:.0f} MB"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("shape", list(HUGE))
+async def test_the_shared_directory_walk_holds_a_few_megabytes_at_most(
+    shape: str, settings: Settings, storage: Storage
+) -> None:
+    """The check both the API and ingest run, alone: one ranged read of the tail, then the
+    directory one megabyte at a time, nothing kept per entry."""
+    build, reason = HUGE[shape]
+    key = f"incoming/{uuid.uuid4().hex}.zip"
+    await storage.run(storage.backend.put, key, build())
+    tracemalloc.start()
+    try:
+        with pytest.raises(DirectoryTooLarge, match=re.escape(reason)):
+            count_entries(storage.backend, key, DirectoryLimits.from_settings(settings))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024**2, f"peak {peak / 1e6:.1f} MB"
