@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request, status
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
@@ -34,6 +34,7 @@ from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue_api.auth import require_tenant
+from pdfqueue_api.headers import SecurityHeadersMiddleware
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
 from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S, BatchService
@@ -61,12 +62,14 @@ def kube_publisher(settings: Settings) -> PdfBatchPublisher | None:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """The API; raises ConfigurationError when it would run open without being asked to."""
     settings = settings or Settings()
+    settings.check_api_auth()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if not settings.api_tokens:
-            log.warning("PDFQUEUE_API_TOKENS is empty: the API accepts requests without a token")
+        if settings.allow_anonymous:
+            log.warning("PDFQUEUE_ALLOW_ANONYMOUS: the API accepts requests without a token")
         redis = producer_redis(settings.redis_url)
         try:
             for problem in await check_durability(redis):
@@ -103,10 +106,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Bulk PDF-to-user linking: upload a ZIP, follow the batch, read the report.",
         lifespan=lifespan,
         telemetry=FASTAPI_TELEMETRY,
+        # Swagger UI and ReDoc load their code from a CDN, which the CSP (rightly) refuses;
+        # /openapi.json stays for clients and tools.
+        docs_url=None,
+        redoc_url=None,
     )
     _add_error_handlers(app)
     _add_routes(app)
     metrics.register("api")
+    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(TelemetryMiddleware)
     return app
 
@@ -194,6 +202,7 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz(service: Service) -> JSONResponse:
+        """ok/error per dependency; anyone may ask, so the why goes to the log only."""
         checks = {
             "redis": service.redis.ping(),
             "postgresql": service.db.check(),
@@ -203,10 +212,11 @@ def _add_routes(app: FastAPI) -> None:
             *(asyncio.wait_for(c, DEPENDENCY_TIMEOUT_S) for c in checks.values()),
             return_exceptions=True,
         )
-        report = {
-            name: "ok" if not isinstance(r, BaseException) else f"error: {r!r}"
-            for name, r in zip(checks, results, strict=True)
-        }
+        report: dict[str, str] = {}
+        for name, result in zip(checks, results, strict=True):
+            report[name] = "error" if isinstance(result, BaseException) else "ok"
+            if isinstance(result, BaseException):
+                log.warning("readiness: %s failed: %r", name, result)
         ready = all(v == "ok" for v in report.values())
         return JSONResponse(report, status_code=200 if ready else 503)
 
@@ -214,11 +224,29 @@ def _add_routes(app: FastAPI) -> None:
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    page = resources.files("pdfqueue_api").joinpath("page.html").read_text()
+    _add_page(app)
+
+
+ASSETS = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
+"""The page's own style and script: served here, so its CSP needs nothing inline or remote."""
+
+
+def _add_page(app: FastAPI) -> None:
+    package = resources.files("pdfqueue_api")
+    page = package.joinpath("page.html").read_text()
+    assets = {name: package.joinpath("static", name).read_bytes() for name in ASSETS}
 
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
         return HTMLResponse(page)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def asset(name: str) -> Response:
+        if name not in assets:
+            raise HTTPException(status.HTTP_404_NOT_FOUND)
+        return Response(
+            assets[name], media_type=ASSETS[name], headers={"Cache-Control": "no-cache"}
+        )
 
 
 async def _json(first: FileResult | None, rest: AsyncIterator[FileResult]) -> AsyncIterator[bytes]:

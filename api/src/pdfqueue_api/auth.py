@@ -21,9 +21,11 @@ def tenant_for(tokens: dict[str, str], presented: str) -> str | None:
 
 
 def require_tenant(request: Request) -> str:
-    """FastAPI dependency: the caller's tenant, or 401. With no tokens configured, all is open."""
-    tokens: dict[str, str] = request.app.state.settings.api_tokens
-    if not tokens:
+    """FastAPI dependency: the caller's tenant, or 401. Open only when anonymous access was
+    asked for explicitly (`PDFQUEUE_ALLOW_ANONYMOUS`); no tokens alone never opens it."""
+    settings = request.app.state.settings
+    tokens: dict[str, str] = settings.api_tokens
+    if not tokens and settings.allow_anonymous:
         return OPEN_TENANT
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     tenant = tenant_for(tokens, token.strip()) if scheme.lower() == "bearer" else None
