@@ -49,6 +49,27 @@ class BatchCreated(BaseModel):
     status_url: str
 
 
+class Problem(BaseModel):
+    """Every error answer: what went wrong, in words."""
+
+    detail: str
+
+
+ERRORS = {
+    401: "Missing or unknown bearer token.",
+    404: "Unknown batch, or another tenant's.",
+    413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
+    415: "Neither application/zip nor multipart/form-data.",
+    422: "Not a ZIP archive.",
+    503: "Redis, PostgreSQL or storage is unavailable; retry later.",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """Declared error answers for /openapi.json, so clients (and schemathesis) know them."""
+    return {code: {"model": Problem, "description": ERRORS[code]} for code in codes}
+
+
 def producer_redis(url: str) -> Redis:
     """Producers fail fast: an HTTP handler must never hang on a dead Redis."""
     return Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
@@ -132,7 +153,7 @@ def _add_routes(app: FastAPI) -> None:
         "/v1/batches",
         status_code=status.HTTP_202_ACCEPTED,
         response_model=BatchCreated,
-        responses={413: {}, 415: {}, 422: {}, 503: {}},
+        responses=errors(401, 413, 415, 422, 503),
         openapi_extra={
             "requestBody": {
                 "content": {
@@ -168,17 +189,26 @@ def _add_routes(app: FastAPI) -> None:
             batch_id=batch_id, status_url=f"{base.rstrip('/')}/v1/batches/{batch_id}"
         )
 
-    @app.get("/v1/batches/{batch_id}", response_model=BatchSummary, responses={404: {}})
+    @app.get("/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503))
     async def get_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
         """Live progress; after the live state expires, the durable summary."""
         return await service.get(tenant, batch_id)
 
-    @app.delete("/v1/batches/{batch_id}", response_model=BatchSummary, responses={404: {}})
+    @app.delete(
+        "/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503)
+    )
     async def cancel_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
         """Cancel: pending PDFs are dropped, running ones finish and are counted."""
         return await service.cancel(tenant, batch_id)
 
-    @app.get("/v1/batches/{batch_id}/files", response_model=list[FileResult], responses={404: {}})
+    @app.get(
+        "/v1/batches/{batch_id}/files",
+        response_model=list[FileResult],
+        responses={
+            200: {"content": {"text/csv": {"schema": {"type": "string"}}}},
+            **errors(401, 404, 503),
+        },
+    )
     async def batch_files(
         batch_id: str,
         tenant: Tenant,
