@@ -267,3 +267,28 @@ async def test_security_headers_on_every_response(
     assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
     if path != "/":
         assert response.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+# --- found by schemathesis ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"--b0und4ry\r\nNone--b0und4ry--\r\n",  # schemathesis' example: a header line without ':'
+        b'--b0und4ry\r\nContent-Disposition: form-data; name="file"\r\n\r\nPK\x03\x04' * 2,
+        b"garbage before any boundary",
+    ],
+)
+async def test_malformed_multipart_is_422_and_leaves_nothing(
+    api: httpx.AsyncClient, s3_keys: Any, body: bytes
+) -> None:
+    """A body python-multipart cannot parse was a 500; it is bad input, and nothing is kept."""
+    response = await api.post(
+        "/v1/batches",
+        content=body,
+        headers={"Content-Type": "multipart/form-data; boundary=b0und4ry"},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"].startswith("the upload is not a ZIP archive")
+    assert s3_keys() == []
