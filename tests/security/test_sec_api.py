@@ -11,6 +11,7 @@ import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -53,7 +54,9 @@ def api_process(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def clean_env(**variables: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PDFQUEUE_API_TOKENS")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("PDFQUEUE_API_TOKENS")
+    }  # and _FILE
     env.pop("PDFQUEUE_ALLOW_ANONYMOUS", None)
     return {**env, **variables}
 
@@ -151,6 +154,29 @@ def test_valid_tokens_parse() -> None:
     assert tokens == {plain: "acme", f"sha256:{hashed}": "globex"}
     with pytest.raises(ValidationError, match="plain token must be 32"):
         Settings(api_tokens="acme:" + "p" * 31)
+
+
+def test_tokens_from_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PDFQUEUE_API_TOKENS_FILE: one entry a line (a mounted Secret), the same rules."""
+    plain, hashed = "f" * 32, hashlib.sha256(b"g" * 40).hexdigest()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"acme:{plain}\nglobex:sha256:{hashed}\n")
+    monkeypatch.setenv("PDFQUEUE_API_TOKENS_FILE", str(tokens))
+    assert Settings().api_tokens == {plain: "acme", f"sha256:{hashed}": "globex"}
+
+    tokens.write_text(f"acme:{SECRET}\nglobex:{SECRET}\n")
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    assert "entry 2 (tenant globex) repeats the token of tenant acme" in str(caught.value)
+    assert SECRET not in "".join(traceback.format_exception(caught.value))
+
+    monkeypatch.setenv("PDFQUEUE_API_TOKENS", f"acme:{plain}")
+    with pytest.raises(ValidationError, match="both set: choose one"):
+        Settings()
+    monkeypatch.delenv("PDFQUEUE_API_TOKENS")
+    monkeypatch.setenv("PDFQUEUE_API_TOKENS_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ValidationError, match="cannot be read: FileNotFoundError"):
+        Settings()
 
 
 async def test_fixture_tokens_reach_their_tenants(api: httpx.AsyncClient) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import re
 from functools import cached_property
+from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from pdfqueue.errors import ConfigurationError
@@ -97,6 +98,9 @@ class Settings(BaseSettings):
     """`tenant:token` pairs, comma separated; `tenant:sha256:<hex>` stores only the hash. A plain
     token has 32 to 1024 visible ASCII characters, a hash is 64 lowercase hex digits, and no
     token may belong to two tenants. Errors name the entry by position, never its text."""
+    api_tokens_file: str | None = None
+    """A file holding what PDFQUEUE_API_TOKENS would (a mounted Secret, say), so the tokens
+    stay out of the environment that child processes inherit. Setting both is refused."""
     allow_anonymous: bool = False
     """Let the API start without tokens, every caller then being the one tenant `public`.
     Without it, an API with no tokens refuses to start."""
@@ -198,6 +202,21 @@ class Settings(BaseSettings):
         ),
     )
     """Standard OTel variable: setting an endpoint turns trace export on."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_tokens_file(cls, data: object) -> object:
+        if not isinstance(data, dict) or not data.get("api_tokens_file"):
+            return data
+        if data.get("api_tokens"):
+            msg = "PDFQUEUE_API_TOKENS and PDFQUEUE_API_TOKENS_FILE are both set: choose one"
+            raise ValueError(msg)
+        try:
+            tokens = Path(data["api_tokens_file"]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:  # the reason, never the content
+            msg = f"PDFQUEUE_API_TOKENS_FILE cannot be read: {type(exc).__name__}"
+            raise ValueError(msg) from None
+        return {**data, "api_tokens": tokens.replace("\n", ",")}
 
     @field_validator("api_tokens", mode="before")
     @classmethod
