@@ -244,8 +244,9 @@ def _add_routes(app: FastAPI) -> None:
         )
         report: dict[str, str] = {}
         for name, result in zip(checks, results, strict=True):
-            report[name] = "error" if isinstance(result, BaseException) else "ok"
-            if isinstance(result, BaseException):
+            failed = isinstance(result, BaseException)
+            report[name] = "error" if failed else "ok"
+            if failed:
                 log.warning("readiness: %s failed: %r", name, result)
         ready = all(v == "ok" for v in report.values())
         return JSONResponse(report, status_code=200 if ready else 503)
