@@ -16,23 +16,24 @@ from pdfqueue.settings import Settings
 
 EXAMPLES = 20
 """Examples per operation, mode and token: bounded, so the whole file stays within minutes."""
-OPERATIONS = [
+KNOWN = {
     ("POST", "/v1/batches"),
     ("GET", "/v1/batches/{batch_id}"),
     ("DELETE", "/v1/batches/{batch_id}"),
     ("GET", "/v1/batches/{batch_id}/files"),
-]
-"""Every operation of the document (a test checks the list is complete, so none is skipped)."""
+}
+"""Operations that must be in the document; every operation it has is fuzzed, these and new."""
 CONFIG = schemathesis.Config.from_dict(
     {
         "operations": [
             {
                 # A schema cannot say "a ZIP": bytes that fit it but are not one get 422, as
-                # documented. Every other status still counts as a rejected valid request.
+                # documented (429: a tenant's quota). Any other status is a rejected valid
+                # request.
                 "include-path": "/v1/batches",
                 "include-method": "POST",
                 "checks": {
-                    "positive_data_acceptance": {"expected-statuses": ["202", "401", "422"]}
+                    "positive_data_acceptance": {"expected-statuses": ["202", "401", "422", "429"]}
                 },
             }
         ]
@@ -60,24 +61,26 @@ def api_schema(settings: Settings) -> Iterator[Any]:
         asgi.shutdown_lifespans()  # closes the app's Redis, PostgreSQL and S3 clients
 
 
-def test_every_operation_is_fuzzed(api_schema: Any) -> None:
-    found = {(op.ok().method.upper(), op.ok().path) for op in api_schema.get_all_operations()}
-    assert found == set(OPERATIONS)
+def test_every_known_operation_is_in_the_document(api_schema: Any) -> None:
+    assert set(operations(api_schema)) >= KNOWN
 
 
-@pytest.mark.timeout(300)
+def operations(schema: Any) -> dict[tuple[str, str], Any]:
+    found = (result.ok() for result in schema.get_all_operations())
+    return {(op.method.upper(), op.path): op for op in found}
+
+
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("mode", list(GenerationMode))
 @pytest.mark.parametrize("token", [True, False], ids=["token", "no-token"])
-@pytest.mark.parametrize(("method", "path"), OPERATIONS)
-def test_api_conforms_to_its_schema(
-    api_schema: Any, method: str, path: str, token: bool, mode: GenerationMode
-) -> None:
-    operation = api_schema[path][method]
+def test_api_conforms_to_its_schema(api_schema: Any, token: bool, mode: GenerationMode) -> None:
+    """Each operation in turn; a failure names it and prints a curl line reproducing it."""
     headers = ACME if token else None
+    for operation in operations(api_schema).values():
 
-    @FUZZ
-    @given(case=operation.as_strategy(generation_mode=mode))
-    def check(case: Any) -> None:
-        case.call_and_validate(headers=headers)
+        @FUZZ
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def check(case: Any) -> None:
+            case.call_and_validate(headers=headers)
 
-    check()
+        check()
