@@ -14,9 +14,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
-from helpers import ACME, GLOBEX
+from helpers import ACME, GLOBEX, MakeCorpus, upload
 from pydantic import ValidationError
 
 from pdfqueue.errors import ConfigurationError
@@ -54,9 +55,8 @@ def api_process(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def clean_env(**variables: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("PDFQUEUE_API_TOKENS")
-    }  # and _FILE
+    """This process's environment without any token setting (PDFQUEUE_API_TOKENS[_FILE])."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PDFQUEUE_API_TOKENS")}
     env.pop("PDFQUEUE_ALLOW_ANONYMOUS", None)
     return {**env, **variables}
 
@@ -85,25 +85,22 @@ def test_pdfqueue_api_exits_without_tokens() -> None:
     assert "Uvicorn running" not in result.stderr + result.stdout
 
 
-async def test_anonymous_only_when_asked_for(settings: Settings) -> None:
-    base = settings.model_dump(exclude={"api_tokens", "pod_name"})
-    both = Settings(**{**base, "api_tokens": settings_tokens(), "allow_anonymous": True})
+async def test_anonymous_only_when_asked_for(
+    settings: Settings, make_corpus: MakeCorpus, db: asyncpg.Connection
+) -> None:
     from pdfqueue_api.app import create_app
 
+    base = settings.model_dump(exclude={"api_tokens", "pod_name"})
+    both = Settings(**{**base, "api_tokens": "acme:" + "a" * 32, "allow_anonymous": True})
     with pytest.raises(ConfigurationError, match="choose one"):
         create_app(both)
 
+    _, path = await make_corpus(2, seed=5)
     anonymous = Settings(**{**base, "api_tokens": "", "allow_anonymous": True})
-    async with serve(anonymous) as client:  # open, as the one tenant `public`
-        listed = await client.get("/v1/batches/0123456789abcdef0123456789abcdef")
-        assert listed.status_code == 404
-
-    async with serve(settings) as client:  # tokens configured: no token is 401, flag or not
-        assert (await client.get("/v1/batches/0123456789abcdef0123456789abcdef")).status_code == 401
-
-
-def settings_tokens() -> str:
-    return "acme:" + "a" * 32
+    async with serve(anonymous) as client:  # asked for: open, as the one tenant `public`
+        batch_id = await upload(client, path)
+    tenant = await db.fetchval("SELECT tenant FROM pdfqueue_batches WHERE id = $1", batch_id)
+    assert tenant == "public"
 
 
 # --- item 6: token parsing ------------------------------------------------------------------
