@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,8 @@ from pdfqueue.provision import provision
 from pdfqueue.settings import Settings
 
 REQUIRED = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
-TOKEN = "bench-token"
+TOKEN = secrets.token_urlsafe(32)
+"""A fresh token per run: the API refuses tokens under 32 characters."""
 POLL_S = 0.05
 """How often the bench asks for the batch status (the peer's driver polls every 20 ms)."""
 WARMUP_FILES = 40

@@ -13,7 +13,7 @@ import asyncpg
 import boto3
 import httpx
 import pytest
-from helpers import MakeCorpus, RunWorker
+from helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 from redis.asyncio import Redis
 
 from pdfqueue.db import connect, migrate
@@ -75,7 +75,7 @@ def settings(services: dict[str, str], migrated: None, request: pytest.FixtureRe
         "retry_base_delay_s": 0.05,
         "retry_max_delay_s": 0.2,
         # acme's token is stored in clear, globex's only as its hash
-        "api_tokens": f"acme:secret-token,globex:sha256:{sha256(b'globex-token').hexdigest()}",
+        "api_tokens": f"acme:{ACME_TOKEN},globex:sha256:{sha256(GLOBEX_TOKEN.encode()).hexdigest()}",
         # acme's report names users (the pipeline tests compare them); globex's does not
         "trusted_tenants": "acme",
         # every test shares one database and these tenants: the quota tests set their own
@@ -156,7 +156,7 @@ async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         async with httpx.AsyncClient(
             transport=transport,
             base_url="http://pdfqueue.test",
-            headers={"Authorization": "Bearer secret-token"},
+            headers={"Authorization": f"Bearer {ACME_TOKEN}"},
             timeout=30,
         ) as client:
             yield client

@@ -10,6 +10,13 @@ import httpx
 
 from pdfqueue.samples import Corpus
 
+ACME_TOKEN = "acme-test-token-0123456789abcdef0123456789"
+"""Tenant acme's token, stored in clear in the tests' settings (32+ characters, as required)."""
+GLOBEX_TOKEN = "globex-test-token-fedcba9876543210fedcba98"
+"""Tenant globex's token, stored only as its sha256 in the tests' settings."""
+ACME = {"Authorization": f"Bearer {ACME_TOKEN}"}
+GLOBEX = {"Authorization": f"Bearer {GLOBEX_TOKEN}"}
+
 MakeCorpus = Callable[..., Awaitable[tuple[Corpus, Path]]]
 RunWorker = Callable[..., Awaitable[Any]]
 

@@ -10,7 +10,7 @@ import asyncpg
 import httpx
 import pytest
 from arq.constants import job_key_prefix
-from helpers import MakeCorpus, RunWorker, upload
+from helpers import ACME, MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
 from pdfqueue import keys
@@ -143,7 +143,7 @@ async def test_api_fails_fast_when_redis_is_down(
         client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app),
             base_url="http://t",
-            headers={"Authorization": "Bearer secret-token"},
+            headers=ACME,
         )
         started = time.monotonic()
         response = await client.post(

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from helpers import MakeCorpus, RunWorker, upload
+from helpers import ACME, MakeCorpus, RunWorker, upload
 from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
@@ -289,7 +289,7 @@ async def api_client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app),
             base_url="http://pdfqueue.test",
-            headers={"Authorization": "Bearer secret-token"},
+            headers=ACME,
             timeout=30,
         ) as client,
     ):

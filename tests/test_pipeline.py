@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from helpers import MakeCorpus, RunWorker, upload
+from helpers import GLOBEX, MakeCorpus, RunWorker, upload
 
 from pdfqueue.samples import CLEAN, Expect, render_pdf
 from pdfqueue.settings import Settings
@@ -215,7 +215,7 @@ async def test_tokens_and_tenants(api: httpx.AsyncClient, make_corpus: MakeCorpu
     assert anonymous.status_code == 401
     wrong = await api.get(f"/v1/batches/{batch_id}", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
-    other_tenant = {"Authorization": "Bearer globex-token"}  # stored only as its sha256
+    other_tenant = GLOBEX  # stored only as its sha256
     assert (await api.get(f"/v1/batches/{batch_id}", headers=other_tenant)).status_code == 404
     assert (await api.get(f"/v1/batches/{batch_id}/files", headers=other_tenant)).status_code == 404
     assert (await api.get("/v1/batches/0123456789abcdef")).status_code == 404

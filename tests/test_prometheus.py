@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from helpers import MakeCorpus
+from helpers import ACME, MakeCorpus
 
 from pdfqueue.settings import Settings
 from pdfqueue.storage import Storage
@@ -267,7 +267,7 @@ async def run_batch_and_check(
     corpus, path = await make_corpus(24, seed=21)
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{api_port}",
-        headers={"Authorization": "Bearer secret-token"},
+        headers=ACME,
         timeout=30,
     ) as client:
         created = await client.post(

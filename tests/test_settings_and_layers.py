@@ -16,8 +16,9 @@ from pdfqueue_api.auth import tenant_for
 
 def test_tokens_plain_and_hashed() -> None:
     digest = hashlib.sha256(b"s3cret").hexdigest()
-    settings = Settings(api_tokens=f"acme:plain-token, globex:sha256:{digest}")
-    assert tenant_for(settings.api_tokens, "plain-token") == "acme"
+    plain = "plain-token-" + "x" * 21  # 32 characters, the shortest allowed
+    settings = Settings(api_tokens=f"acme:{plain}, globex:sha256:{digest}")
+    assert tenant_for(settings.api_tokens, plain) == "acme"
     assert tenant_for(settings.api_tokens, "s3cret") == "globex"
     assert tenant_for(settings.api_tokens, f"sha256:{digest}") is None  # the hash is no token
     assert tenant_for(settings.api_tokens, "nope") is None

@@ -30,7 +30,7 @@ die() { echo "services: ERROR: $*" >&2; exit 1; }
 say() { echo "services: $*" >&2; }
 
 usage() {
-  echo "usage: $0 start DIR [--no-s3] | stop DIR | env DIR | prometheus" >&2
+  echo "usage: $0 start DIR [--no-s3] | stop DIR | env DIR | prometheus | chromium" >&2
   exit 2
 }
 
@@ -264,9 +264,17 @@ prometheus_install() {
   command -v prometheus
 }
 
+# Chromium for tests/security/test_sec_api_browser.py: the upload page is loaded and used in
+# headless Chromium to prove it works under its Content-Security-Policy.
+chromium_install() {
+  command -v chromium >/dev/null 2>&1 || apt_install chromium
+  command -v chromium
+}
+
 # ---------------------------------------------------------------------------
 cmd="${1:-}"; [ $# -gt 0 ] && shift || usage
 if [ "$cmd" = prometheus ]; then prometheus_install; exit 0; fi
+if [ "$cmd" = chromium ]; then chromium_install; exit 0; fi
 DIR=""; WITH_S3=1; ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -18,7 +18,7 @@ import asyncpg
 import httpx
 import pytest
 from arq.constants import result_key_prefix
-from helpers import MakeCorpus, RunWorker, upload
+from helpers import GLOBEX, GLOBEX_TOKEN, MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
 from pdfqueue import keys
@@ -28,7 +28,6 @@ from pdfqueue.samples import CLEAN, build_corpus, write_zip
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 
-GLOBEX = {"Authorization": "Bearer globex-token"}
 ZIP = {"Content-Type": "application/zip"}
 MiB = 1024**2
 
@@ -190,7 +189,7 @@ def tenant_api(settings: Settings) -> TenantApi:
     def make(**quotas: Any) -> Any:
         tenant = f"q-{uuid.uuid4().hex[:12]}"
         token = uuid.uuid4().hex
-        tokens = {token: tenant, "globex-token": "globex"}
+        tokens = {token: tenant, GLOBEX_TOKEN: "globex"}
         limits = {
             "quota_uploads_per_minute": 0,
             "quota_bytes_per_day": 0,

@@ -7,9 +7,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request, status
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
@@ -35,6 +35,7 @@ from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue_api.auth import require_tenant
+from pdfqueue_api.headers import SecurityHeadersMiddleware
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
 from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S, BatchService
@@ -47,6 +48,28 @@ Tenant = Annotated[str, Depends(require_tenant)]
 class BatchCreated(BaseModel):
     batch_id: str
     status_url: str
+
+
+class Problem(BaseModel):
+    """Every error answer: what went wrong, in words."""
+
+    detail: str
+
+
+ERRORS = {
+    401: "Missing or unknown bearer token.",
+    404: "Unknown batch, or another tenant's.",
+    413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
+    415: "Neither application/zip nor multipart/form-data.",
+    422: "Not a ZIP archive.",
+    429: "A quota of the tenant is used up; Retry-After says when to try again.",
+    503: "Redis, PostgreSQL or storage is unavailable; retry later.",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """Declared error answers for /openapi.json, so clients (and schemathesis) know them."""
+    return {code: {"model": Problem, "description": ERRORS[code]} for code in codes}
 
 
 def producer_redis(url: str) -> Redis:
@@ -62,12 +85,14 @@ def kube_publisher(settings: Settings) -> PdfBatchPublisher | None:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """The API; raises ConfigurationError when it would run open without being asked to."""
     settings = settings or Settings()
+    settings.check_api_auth()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if not settings.api_tokens:
-            log.warning("PDFQUEUE_API_TOKENS is empty: the API accepts requests without a token")
+        if settings.allow_anonymous:
+            log.warning("PDFQUEUE_ALLOW_ANONYMOUS: the API accepts requests without a token")
         redis = producer_redis(settings.redis_url)
         try:
             for problem in await check_durability(redis):
@@ -104,10 +129,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Bulk PDF-to-user linking: upload a ZIP, follow the batch, read the report.",
         lifespan=lifespan,
         telemetry=FASTAPI_TELEMETRY,
+        # Swagger UI and ReDoc load their code from a CDN, which the CSP (rightly) refuses;
+        # /openapi.json stays for clients and tools.
+        docs_url=None,
+        redoc_url=None,
     )
     _add_error_handlers(app)
     _add_routes(app)
     metrics.register("api")
+    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(TelemetryMiddleware)
     return app
 
@@ -125,7 +155,7 @@ def _add_routes(app: FastAPI) -> None:
         "/v1/batches",
         status_code=status.HTTP_202_ACCEPTED,
         response_model=BatchCreated,
-        responses={413: {}, 415: {}, 422: {}, 429: {}, 503: {}},
+        responses=errors(401, 413, 415, 422, 429, 503),
         openapi_extra={
             "requestBody": {
                 "content": {
@@ -157,17 +187,26 @@ def _add_routes(app: FastAPI) -> None:
             batch_id=batch_id, status_url=f"{base.rstrip('/')}/v1/batches/{batch_id}"
         )
 
-    @app.get("/v1/batches/{batch_id}", response_model=BatchSummary, responses={404: {}})
+    @app.get("/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503))
     async def get_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
         """Live progress; after the live state expires, the durable summary."""
         return await service.get(tenant, batch_id)
 
-    @app.delete("/v1/batches/{batch_id}", response_model=BatchSummary, responses={404: {}})
+    @app.delete(
+        "/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503)
+    )
     async def cancel_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
         """Cancel: pending PDFs are dropped, running ones finish and are counted."""
         return await service.cancel(tenant, batch_id)
 
-    @app.get("/v1/batches/{batch_id}/files", response_model=list[FileResult], responses={404: {}})
+    @app.get(
+        "/v1/batches/{batch_id}/files",
+        response_model=list[FileResult],
+        responses={
+            200: {"content": {"text/csv": {"schema": {"type": "string"}}}},
+            **errors(401, 404, 503),
+        },
+    )
     async def batch_files(
         batch_id: str,
         tenant: Tenant,
@@ -191,6 +230,7 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz(service: Service) -> JSONResponse:
+        """ok/error per dependency; anyone may ask, so the why goes to the log only."""
         checks = {
             "redis": service.redis.ping(),
             "postgresql": service.db.check(),
@@ -200,10 +240,12 @@ def _add_routes(app: FastAPI) -> None:
             *(asyncio.wait_for(c, DEPENDENCY_TIMEOUT_S) for c in checks.values()),
             return_exceptions=True,
         )
-        report = {
-            name: "ok" if not isinstance(r, BaseException) else f"error: {r!r}"
-            for name, r in zip(checks, results, strict=True)
-        }
+        report: dict[str, str] = {}
+        for name, result in zip(checks, results, strict=True):
+            failed = isinstance(result, BaseException)
+            report[name] = "error" if failed else "ok"
+            if failed:
+                log.warning("readiness: %s failed: %r", name, result)
         ready = all(v == "ok" for v in report.values())
         return JSONResponse(report, status_code=200 if ready else 503)
 
@@ -211,11 +253,29 @@ def _add_routes(app: FastAPI) -> None:
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    page = resources.files("pdfqueue_api").joinpath("page.html").read_text()
+    _add_page(app)
+
+
+ASSETS = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
+"""The page's own style and script: served here, so its CSP needs nothing inline or remote."""
+
+
+def _add_page(app: FastAPI) -> None:
+    package = resources.files("pdfqueue_api")
+    page = package.joinpath("page.html").read_text()
+    assets = {name: package.joinpath("static", name).read_bytes() for name in ASSETS}
 
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
         return HTMLResponse(page)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def asset(name: str) -> Response:
+        if name not in assets:
+            raise HTTPException(status.HTTP_404_NOT_FOUND)
+        return Response(
+            assets[name], media_type=ASSETS[name], headers={"Cache-Control": "no-cache"}
+        )
 
 
 def _body_decoder(content_type: str) -> Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]]:

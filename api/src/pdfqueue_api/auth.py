@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Annotated
 
-from fastapi import HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 OPEN_TENANT = "public"
+BEARER = HTTPBearer(auto_error=False, description="A tenant's token (PDFQUEUE_API_TOKENS).")
+"""Declares the scheme in /openapi.json; the checking below is ours (401, not FastAPI's 403)."""
 
 
 def tenant_for(tokens: dict[str, str], presented: str) -> str | None:
@@ -20,13 +24,17 @@ def tenant_for(tokens: dict[str, str], presented: str) -> str | None:
     return None
 
 
-def require_tenant(request: Request) -> str:
-    """FastAPI dependency: the caller's tenant, or 401. With no tokens configured, all is open."""
-    tokens: dict[str, str] = request.app.state.settings.api_tokens
-    if not tokens:
+def require_tenant(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> str:
+    """FastAPI dependency: the caller's tenant, or 401. Open only when anonymous access was
+    asked for explicitly (`PDFQUEUE_ALLOW_ANONYMOUS`); no tokens alone never opens it."""
+    settings = request.app.state.settings
+    tokens: dict[str, str] = settings.api_tokens
+    if not tokens and settings.allow_anonymous:
         return OPEN_TENANT
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    tenant = tenant_for(tokens, token.strip()) if scheme.lower() == "bearer" else None
+    tenant = tenant_for(tokens, credentials.credentials.strip()) if credentials else None
     if tenant is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,

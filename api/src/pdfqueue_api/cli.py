@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 
@@ -15,15 +16,22 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
+    from pdfqueue.errors import ConfigurationError
     from pdfqueue.settings import Settings
     from pdfqueue.telemetry import setup_logging
     from pdfqueue.tracing import setup_tracing
     from pdfqueue_api.app import create_app
 
     setup_logging()
-    settings = Settings()
+    try:
+        settings = Settings()
+        app = create_app(settings)
+    except (ValidationError, ConfigurationError) as exc:
+        # Settings errors never carry a value (see Settings.model_config): safe to print.
+        print(f"pdfqueue api: refusing to start: {exc}", file=sys.stderr)
+        return 2
     setup_tracing("pdfqueue-api", export=settings.export_traces)
-    app = create_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from pdfqueue.errors import ArchiveTooLarge, NotAZipArchive
@@ -74,14 +75,25 @@ class FormFileReader:
 
     async def file_chunks(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         async for chunk in body:
-            self.parser.write(chunk)
+            self._write(chunk)
             if self.pending:
                 yield bytes(self.pending)
                 self.pending.clear()
-        self.parser.finalize()
+        self._write(None)
         if not self.seen_file:
             msg = "the multipart body has no field named 'file'"
             raise NotAZipArchive(msg)
+
+    def _write(self, chunk: bytes | None) -> None:
+        """Feed the parser (None: the body ended); a malformed body is bad input, a 422."""
+        try:
+            if chunk is None:
+                self.parser.finalize()
+            else:
+                self.parser.write(chunk)
+        except FormParserError as exc:  # the root of python-multipart's parse errors
+            msg = "the multipart body is malformed"
+            raise NotAZipArchive(msg) from exc
 
 
 async def store_upload(

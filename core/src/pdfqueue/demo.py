@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -31,6 +32,10 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
 
     env = {**os.environ, "PDFQUEUE_USERS_TABLE": DEMO_TABLE}
     settings = Settings(users_table=DEMO_TABLE)
+    token = os.environ.get("PDFQUEUE_TOKEN")
+    if not settings.api_tokens and not settings.allow_anonymous:
+        token = secrets.token_urlsafe(32)  # the API refuses to run open unless asked to
+        env["PDFQUEUE_API_TOKENS"] = f"demo:{token}"
     STATE.mkdir(parents=True, exist_ok=True)
     zip_path = STATE / f"resumes-{files}.zip"
     asyncio.run(_prepare(settings, files, zip_path, generate=not zip_path.exists()))
@@ -41,7 +46,7 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
     children += [_spawn(["worker"], env, f"worker-{i + 1}") for i in range(workers)]
     try:
         _wait_ready(url, children)
-        client = Client(url, os.environ.get("PDFQUEUE_TOKEN"))
+        client = Client(url, token)
         console.print(f"uploading {zip_path} ({zip_path.stat().st_size // 1024} KiB)")
         batch_id = client.upload(zip_path)["batch_id"]
         started = time.monotonic()
@@ -51,7 +56,7 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
         rate = status["processed"] / elapsed
         console.print(
             f"{status['processed']} PDFs in {elapsed:.1f}s ({rate:.0f}/s)\n"
-            f"page:    {url}/\nstatus:  {url}/v1/batches/{batch_id}\n"
+            f"page:    {url}/ (token: {token or 'none'})\nstatus:  {url}/v1/batches/{batch_id}\n"
             f"report:  {url}/v1/batches/{batch_id}/files?format=csv\nlogs:    {STATE}/*.log"
         )
         if wait:

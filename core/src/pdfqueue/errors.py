@@ -17,6 +17,10 @@ class TransientError(PdfQueueError):
     """A dependency is flaky or down: retry later with backoff."""
 
 
+class ConfigurationError(PdfQueueError):
+    """Settings a process cannot run with; it says which and refuses to start."""
+
+
 class BatchNotFound(PermanentError):
     def __init__(self, batch_id: str) -> None:
         super().__init__(f"batch {batch_id} not found")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import cached_property
+from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from pdfqueue.errors import ConfigurationError
 
 ARQ_TIMEOUT_MARGIN_S = 5.0
 """Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
@@ -35,10 +39,64 @@ class TenantQuota(BaseModel):
     concurrent_batches: int | None = Field(default=None, ge=0)
 
 
+_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_PLAIN_TOKEN = re.compile(r"^[\x21-\x7e]{32,1024}$")
+_HASHED_TOKEN = re.compile(r"^sha256:[0-9a-f]{64}$")
+MIN_TOKEN_CHARS = 32
+"""Shortest plain token: 32 random characters are out of reach of guessing."""
+
+
+def _token_problem(token: str) -> str | None:
+    """What is wrong with one stored token (plain or `sha256:<hex>`), in words without it."""
+    if token.startswith("sha256:"):
+        return None if _HASHED_TOKEN.match(token) else "a hash must be sha256: + 64 lowercase hex"
+    if _PLAIN_TOKEN.match(token):
+        return None
+    return f"a plain token must be {MIN_TOKEN_CHARS} to 1024 visible ASCII characters"
+
+
+def parse_api_tokens(value: str) -> dict[str, str]:
+    """`tenant:token,...` as {stored token: tenant}; every error names an entry by position only."""
+    tokens: dict[str, str] = {}
+    seen: dict[str, str] = {}  # hash -> tenant
+    entries = [e.strip() for e in value.split(",")]
+    for number, entry in enumerate(filter(None, entries), start=1):
+        tenant, sep, token = entry.partition(":")
+        where = f"PDFQUEUE_API_TOKENS entry {number}"
+        if not sep or not tenant or not token or tenant == "sha256":
+            msg = f"{where} is not tenant:token"
+            raise ValueError(msg)
+        if not _TENANT.match(tenant):
+            msg = f"{where}: a tenant is 1-63 letters, digits, '_', '.' or '-'"
+            raise ValueError(msg)
+        problem = _token_problem(token)
+        if problem:
+            msg = f"{where}: {problem}"  # no tenant: with a colon in a token, it could be a part
+            raise ValueError(msg)
+        if _stored_hash(token) in seen:
+            other = seen[_stored_hash(token)]
+            msg = f"{where} (tenant {tenant}) repeats the token of tenant {other}"
+            raise ValueError(msg)
+        seen[_stored_hash(token)] = tenant
+        tokens[token] = tenant
+    return tokens
+
+
+def _stored_hash(token: str) -> str:
+    """A token as its hash, so a plain entry and a hashed entry of one token are one token."""
+    if token.startswith("sha256:"):
+        return token
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
 class Settings(BaseSettings):
     """Configuration for every pdfqueue process, built once at start and passed down."""
 
-    model_config = SettingsConfigDict(env_prefix="PDFQUEUE_", extra="ignore", frozen=True)
+    # Validation errors never echo a value: PDFQUEUE_API_TOKENS holds every tenant's secret and
+    # PDFQUEUE_DATABASE_URL a password, and these messages end up in logs.
+    model_config = SettingsConfigDict(
+        env_prefix="PDFQUEUE_", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
 
     # --- services -----------------------------------------------------------------------------
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -67,7 +125,15 @@ class Settings(BaseSettings):
 
     # --- API ----------------------------------------------------------------------------------
     api_tokens: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
-    """`tenant:token` pairs, comma separated; `tenant:sha256:<hex>` stores only the hash."""
+    """`tenant:token` pairs, comma separated; `tenant:sha256:<hex>` stores only the hash. A plain
+    token has 32 to 1024 visible ASCII characters, a hash is 64 lowercase hex digits, and no
+    token may belong to two tenants. Errors name the entry by position, never its text."""
+    api_tokens_file: str | None = None
+    """A file holding what PDFQUEUE_API_TOKENS would (a mounted Secret, say), so the tokens
+    stay out of the environment that child processes inherit. Setting both is refused."""
+    allow_anonymous: bool = False
+    """Let the API start without tokens, every caller then being the one tenant `public`.
+    Without it, an API with no tokens refuses to start."""
     max_upload_bytes: int = 2 * 1024**3
     """Largest accepted upload; larger bodies get 413 while streaming."""
     upload_part_bytes: int = 8 * 1024**2
@@ -185,19 +251,27 @@ class Settings(BaseSettings):
     )
     """Standard OTel variable: setting an endpoint turns trace export on."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_tokens_file(cls, data: object) -> object:
+        if not isinstance(data, dict) or not data.get("api_tokens_file"):
+            return data
+        if data.get("api_tokens"):
+            msg = "PDFQUEUE_API_TOKENS and PDFQUEUE_API_TOKENS_FILE are both set: choose one"
+            raise ValueError(msg)
+        try:
+            tokens = Path(data["api_tokens_file"]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:  # the reason, never the content
+            msg = f"PDFQUEUE_API_TOKENS_FILE cannot be read: {type(exc).__name__}"
+            raise ValueError(msg) from None
+        return {**data, "api_tokens": tokens.replace("\n", ",")}
+
     @field_validator("api_tokens", mode="before")
     @classmethod
     def _parse_tokens(cls, value: object) -> object:
         if not isinstance(value, str):
             return value
-        tokens: dict[str, str] = {}
-        for entry in filter(None, (e.strip() for e in value.split(","))):
-            tenant, sep, token = entry.partition(":")
-            if not sep or not tenant or not token:
-                msg = f"PDFQUEUE_API_TOKENS entry {entry[:12]!r}... is not tenant:token"
-                raise ValueError(msg)
-            tokens[token] = tenant
-        return tokens
+        return parse_api_tokens(value)
 
     @field_validator("users_table")
     @classmethod
@@ -253,6 +327,18 @@ class Settings(BaseSettings):
     def arq_timeout_s(self) -> float:
         """arq's hard limit per job: a backstop that a job's own deadline should never reach."""
         return self.job_timeout_s + ARQ_TIMEOUT_MARGIN_S
+
+    def check_api_auth(self) -> None:
+        """Fail closed: an API without tokens runs only when anonymous access is asked for."""
+        if not self.api_tokens and not self.allow_anonymous:
+            msg = (
+                "PDFQUEUE_API_TOKENS is empty: the API refuses to start without tokens "
+                "(set PDFQUEUE_ALLOW_ANONYMOUS=true to run it open, for local use only)"
+            )
+            raise ConfigurationError(msg)
+        if self.api_tokens and self.allow_anonymous:
+            msg = "PDFQUEUE_ALLOW_ANONYMOUS=true and PDFQUEUE_API_TOKENS are both set: choose one"
+            raise ConfigurationError(msg)
 
     def check_shutdown_rule(self) -> None:
         """Refuse a completion wait that would cut running jobs off (grace > wait > timeout)."""
