@@ -8,9 +8,12 @@ from __future__ import annotations
 import base64
 import functools
 import ipaddress
+import os
 import re
 import shutil
+import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +364,75 @@ def test_redis_reads_its_password_from_a_file_made_from_the_secret() -> None:
     assert volumes["secret"]["secret"]["secretName"] == "pq-pdfqueue-redis"
     assert volumes["secret"]["secret"]["items"] == [{"key": "redis-password", "path": "password"}]
     assert volumes["run"]["emptyDir"]["medium"] == "Memory"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _redis_cli(port: int, password: str | None) -> str:
+    env = {"PATH": os.environ["PATH"], **({"REDISCLI_AUTH": password} if password else {})}
+    proc = subprocess.run(
+        ["redis-cli", "-p", str(port), "ping"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=10,
+        env=env,
+    )
+    return proc.stdout.strip() + proc.stderr.strip()
+
+
+@pytest.mark.skipif(not shutil.which("redis-server"), reason="tools/services.sh installs redis")
+def test_the_rendered_redis_command_really_requires_the_password_it_never_shows(
+    tmp_path: Path,
+) -> None:
+    """Run the StatefulSet's own command and args (paths moved under tmp_path) with a real
+    redis-server: clients need the Secret's password, and it is on no command line."""
+    rendered = render("default")
+    (c,) = rendered.one("StatefulSet", "-redis")["spec"]["template"]["spec"]["containers"]
+    password = rendered.secret_value("pq-pdfqueue-redis", "redis-password")
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret/password").write_text(password)
+    (tmp_path / "run").mkdir()
+    moves = {"/etc/redis-secret": "secret", "/run/redis": "run", "/data": "data"}
+
+    def local(arg: str) -> str:
+        for inside, here in moves.items():
+            arg = arg.replace(inside, str(tmp_path / here))
+        return arg
+
+    (tmp_path / "data").mkdir()
+    port = _free_port()
+    argv = [local(a) for a in c["command"] + c["args"]] + [
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+    ]
+    log = (tmp_path / "redis.log").open("wb")
+    server = subprocess.Popen(argv, env={"PATH": os.environ["PATH"]}, stdout=log, stderr=log)
+    try:
+        for _ in range(100):
+            if _redis_cli(port, password) == "PONG":
+                break
+            assert server.poll() is None, (tmp_path / "redis.log").read_text()
+            time.sleep(0.1)
+        assert _redis_cli(port, password) == "PONG"
+        assert "NOAUTH" in _redis_cli(port, None)
+        assert "WRONGPASS" in _redis_cli(port, "not-the-password")
+        cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode()
+        assert cmdline.startswith("redis-server")  # the shell exec'd into it
+        assert password not in cmdline
+        auth = tmp_path / "run/auth.conf"
+        assert auth.stat().st_mode & 0o777 == 0o600
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        log.close()
 
 
 # ---- item 14: k8s/ ships no secret, is namespaced, widens only through its overlay -----------
