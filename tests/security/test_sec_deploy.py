@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from chartfix import CHART, KUBECTL, ROOT, VARIANTS, Rendered, helm, template, values_file
+from kubefix import KubeCluster
 
 HASH = "sha256:" + "ab" * 32
 PLAIN = "plain-token-of-forty-characters-0123456"
@@ -579,3 +580,40 @@ def test_cluster_wide_is_an_explicit_overlay(k8s_copy: Path) -> None:
         for d in namespaced
         if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "pdfqueue-operator"
     ] == []
+
+
+@pytest.mark.kube
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        ("acme:short-token", "Secret tokens key api-tokens, tenant acme: a plain token needs 32"),
+        (f"acme:{PLAIN},globex:{PLAIN}", "tenant acme and Secret tokens key api-tokens, tenant"),
+        ("acme:sha256:" + "AB" * 32, "tenant acme: a hash is sha256: followed by 64 lowercase"),
+        (f"{PLAIN}", "Secret tokens key api-tokens: an entry is not tenant:token"),
+        (None, "Secret tokens key api-tokens: no such key"),
+    ],
+)
+def test_an_existing_secrets_tokens_are_checked_when_the_cluster_is_read(
+    kube_cluster: KubeCluster, tokens: str | None, message: str
+) -> None:
+    ns = kube_cluster.create_namespace("tokens")
+    data = ["--from-literal", f"api-tokens={tokens}"] if tokens else ["--from-literal", "x=y"]
+    kube_cluster.kubectl("create", "secret", "generic", "tokens", "-n", ns, *data)
+    args = ["template", "pq", str(CHART), "-n", ns, "--dry-run=server"]
+    proc = kube_cluster.helm(*args, "--set", "auth.existingSecret=tokens", check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    for secret in (PLAIN, "short-token", "AB" * 32):
+        assert secret not in proc.stderr
+
+
+@pytest.mark.kube
+def test_an_existing_secret_with_hashes_and_long_tokens_renders(kube_cluster: KubeCluster) -> None:
+    ns = kube_cluster.create_namespace("tokens")
+    value = f"acme:{PLAIN}, globex:{HASH}"
+    kube_cluster.kubectl(
+        "create", "secret", "generic", "tokens", "-n", ns, "--from-literal", f"api-tokens={value}"
+    )
+    args = ["template", "pq", str(CHART), "-n", ns, "--dry-run=server"]
+    proc = kube_cluster.helm(*args, "--set", "auth.existingSecret=tokens")
+    assert "kind: Deployment" in proc.stdout
