@@ -472,9 +472,9 @@ def test_k8s_operator_is_namespaced() -> None:
         "--standalone",
     ]
     rbac = [d for d in yaml.safe_load_all((ROOT / "k8s/rbac/operator.yaml").read_text()) if d]
-    for role in [d for d in rbac if d["kind"] == "ClusterRole"]:  # only list/watch at cluster scope
+    for role in [d for d in rbac if d["kind"] == "ClusterRole"]:  # only reads at cluster scope
         for rule in role["rules"]:
-            assert set(rule["verbs"]) <= {"list", "watch"}, rule
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule  # read-only
             assert set(rule["resources"]) <= {"customresourcedefinitions", "namespaces"}, rule
     (role,) = [d for d in rbac if d["kind"] == "Role"]
     assert role["metadata"]["namespace"] == "pdfqueue"
