@@ -38,6 +38,8 @@ PASSTHROUGH = {  # Kubernetes objects handed through as they are: their keys are
     "commonLabels",
     "extraEnv",
     "apiTokens",
+    "namespaceSelector",
+    "podSelector",
 }
 LABELS = {
     "helm.sh/chart",
@@ -155,7 +157,7 @@ def test_schema_covers_every_value_and_nothing_else() -> None:
     ],
 )
 def test_bad_values_are_refused(args: list[str], message: str) -> None:
-    proc = helm("template", "pq", str(CHART), *args, check=False)
+    proc = helm("template", "pq", str(CHART), "-f", str(values_file("default")), *args, check=False)
     assert proc.returncode != 0
     assert message in proc.stderr
 
@@ -268,7 +270,7 @@ def test_bundled_service_urls_are_composed_from_secrets() -> None:
     )
     assert env["PDFQUEUE_S3_ENDPOINT_URL"] == "http://pq-pdfqueue-s3:7070"
     assert env["AWS_ACCESS_KEY_ID"] == "ci-access-key"
-    assert env["PDFQUEUE_API_TOKENS"] == "acme:ci-token"
+    assert env["PDFQUEUE_API_TOKENS"] == "acme:ci-token-acme-0123456789abcdef0123456789"
     for cm in rendered.all("ConfigMap"):  # no credential in any ConfigMap
         assert "ci-redis-password" not in str(cm)
         assert "ci-secret-key" not in str(cm)
@@ -280,7 +282,12 @@ def test_bundled_service_urls_are_composed_from_secrets() -> None:
     assert env["PDFQUEUE_STORAGE_URL"] == "s3://pdfqueue-ci/tenant-a/uploads"
     assert env["PDFQUEUE_USERS_TABLE"] == "public.users"
     assert not external.all("StatefulSet")
-    assert not external.all("NetworkPolicy")
+    assert sorted(p["metadata"]["name"] for p in external.all("NetworkPolicy")) == [
+        "pq-pdfqueue-api",
+        "pq-pdfqueue-operator",
+        "pq-pdfqueue-test-readyz",  # the `helm test` hook's
+        "pq-pdfqueue-worker",
+    ]
 
 
 def test_redis_is_a_durable_queue() -> None:
@@ -290,7 +297,7 @@ def test_redis_is_a_durable_queue() -> None:
     assert flags["--appendonly"] == "yes"
     assert flags["--appendfsync"] == "everysec"
     assert flags["--maxmemory-policy"] == "noeviction"
-    assert flags["--requirepass"] == "$(REDIS_PASSWORD)"
+    assert flags["--include"] == "/run/redis/auth.conf"  # requirepass, from the Secret
     assert redis["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
 
 
@@ -370,7 +377,14 @@ def test_operator_rbac_mirrors_the_operators_own_manifests(variant: str) -> None
         if d and d["kind"] == "ClusterRole"
     ]
     with_peering = Rendered.parse(
-        template("--set", "operator.peering=true", "--set", "operator.clusterWide=true")
+        template(
+            "-f",
+            str(values_file("default")),
+            "--set",
+            "operator.peering=true",
+            "--set",
+            "operator.clusterWide=true",
+        )
     )
     chart = [
         o
@@ -378,6 +392,21 @@ def test_operator_rbac_mirrors_the_operators_own_manifests(variant: str) -> None
         if o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
     ]
     assert _rules(chart) - _rules(own) == _rules(peering)
+
+
+def test_the_cluster_wide_overlay_grants_the_namespaced_roles_rules_everywhere() -> None:
+    """k8s/cluster-wide/ widens k8s/rbac/operator.yaml's Role to a ClusterRole, rule for rule."""
+    (role,) = [
+        d
+        for d in yaml.safe_load_all((ROOT / "k8s/rbac/operator.yaml").read_text())
+        if d and d["kind"] == "Role"
+    ]
+    (wide,) = [
+        d
+        for d in yaml.safe_load_all((ROOT / "k8s/cluster-wide/operator-rbac.yaml").read_text())
+        if d and d["kind"] == "ClusterRole"
+    ]
+    assert wide["rules"] == role["rules"]
 
 
 def test_api_probes_and_migrations() -> None:
@@ -449,7 +478,7 @@ def test_crd_is_the_canonical_one() -> None:
         "charts/pdfqueue/crds/ must be a byte-identical copy: cp k8s/crds/*.yaml charts/pdfqueue/crds/"
     )
     assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(
-        p.name for p in (ROOT / "k8s/crds").glob("*.yaml")
+        p.name for p in (ROOT / "k8s/crds").glob("*.yaml") if p.name != "kustomization.yaml"
     )
 
 
@@ -664,8 +693,18 @@ def test_operator_service_account_gets_exactly_its_rights(cluster: KubeCluster) 
 
 
 @pytest.mark.kube
-def test_kustomization_builds_and_the_server_accepts_it(cluster: KubeCluster) -> None:
-    built = cluster.kubectl("kustomize", str(ROOT / "k8s")).stdout
+def test_kustomization_builds_and_the_server_accepts_it(
+    cluster: KubeCluster, tmp_path: Path
+) -> None:
+    k8s = tmp_path / "k8s"  # with secrets generated as the README says, outside the checkout
+    shutil.copytree(ROOT / "k8s", k8s, ignore=shutil.ignore_patterns("*.env"))
+    subprocess.run(
+        ["bash", str(k8s / "generate-secrets.sh")],
+        check=True,
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin", "PDFQUEUE_SECRETS_DIR": str(k8s / "base/secrets")},
+    )
+    built = cluster.kubectl("kustomize", str(k8s)).stdout
     docs = [d for d in yaml.safe_load_all(built) if d]
     kinds = [d["kind"] for d in docs]
     assert set(kinds) >= {
@@ -695,6 +734,13 @@ def test_kustomization_builds_and_the_server_accepts_it(cluster: KubeCluster) ->
     assert dry.stdout.count("(server dry run)") == len(kinds), dry.stdout
     real = cluster.kubectl("apply", "-f", "-", stdin=built)
     assert real.stdout.count("\n") == len(kinds), real.stdout
+    operator = "system:serviceaccount:pdfqueue:pdfqueue-operator"
+    for ns, allowed in (("pdfqueue", "yes"), ("default", "no"), ("kube-system", "no")):
+        for verb, resource in (("patch", "pods"), ("watch", "pdfbatches.pdfqueue.io")):
+            proc = cluster.kubectl(
+                "auth", "can-i", verb, resource, "-n", ns, "--as", operator, check=False
+            )
+            assert proc.stdout.strip() == allowed, (verb, resource, ns)
     # Clean up all but the CRD, which the rest of the session shares.
     rest = [d for d in docs if d["kind"] != "CustomResourceDefinition"]
     cluster.kubectl("delete", "-f", "-", "--wait=false", stdin=yaml.safe_dump_all(rest))

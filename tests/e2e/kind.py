@@ -36,7 +36,7 @@ class KindDriver:
     """Implements tests.e2e.scenario.ClusterDriver on a kind cluster it owns."""
 
     users_table = "users"  # the chart's default (k8s/kind-values.yaml keeps it)
-    token = "e2e-kind-token-0123456789abcdef01234"  # k8s/kind-values.yaml: auth.apiTokens.e2e
+    token = "e2e-token-0123456789abcdef0123456789abcdef"  # k8s/kind-values.yaml: auth.apiTokens.e2e
 
     def __init__(self, workdir: Path) -> None:
         missing = [t for t in TOOLS if not shutil.which(t)]

@@ -39,7 +39,7 @@ class LocalDriver:
         self.tag = uuid.uuid4().hex[:8]
         self.release = "e2e"
         self.namespace = ""
-        self.token = f"e2e-{uuid.uuid4().hex}"  # 36 characters: tokens need 32+
+        self.token = f"e2e-{uuid.uuid4().hex}"  # the chart refuses plain tokens under 32 chars
         self.users_table = f"users_e2e_{self.tag}"
         self.api_port = free_port()
         self.api_url = f"http://127.0.0.1:{self.api_port}"

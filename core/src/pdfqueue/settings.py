@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     """Address buckets by path (`endpoint/bucket/key`), which every S3-compatible server accepts."""
     s3_create_bucket: bool = True
     """Let `pdfqueue migrate` create the bucket when it does not exist."""
+    uploads_expire_days: int = Field(default=7, ge=0)
+    """Uploaded ZIPs (`uploads/`) expire this many days after upload, through an S3 lifecycle
+    rule that `pdfqueue migrate` sets (0: no rule). A retry needs the ZIP, so keep it above the
+    time a batch may wait for one. Stores without lifecycle support get a warning instead."""
     users_table: str = "users"
     """The host application's table with columns `id`, `email`, `pdf_url`."""
     users_tenant_column: str | None = None

@@ -22,6 +22,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from pdfqueue.errors import ObjectNotFound, SourceOutsideBucket, StorageError
+from pdfqueue.expiry import NO_LIFECYCLE_CODES, UPLOADS_PREFIX, with_uploads_rule
 from pdfqueue.s3http import NOT_FOUND_CODES, AsyncS3
 from pdfqueue.settings import Settings
 
@@ -34,6 +35,7 @@ class Backend(Protocol):
     def describe(self) -> str: ...
     def check(self) -> None: ...
     def ensure_bucket(self) -> bool: ...
+    def expire_uploads(self, days: int) -> bool: ...
     def size(self, key: str) -> int: ...
     def read_range(self, key: str, start: int, length: int) -> bytes: ...
     def put(self, key: str, data: bytes) -> None: ...
@@ -113,6 +115,28 @@ class S3Backend:
             self._call(self.client.create_bucket)
             return True
         return False
+
+    def expire_uploads(self, days: int) -> bool:
+        """Set the bucket's uploads expiry rule, keeping its other rules; False when the store
+        has no lifecycle support (it answers NotImplemented)."""
+        try:
+            current = self.client.get_bucket_lifecycle_configuration(Bucket=self.location.bucket)
+            rules: list[dict[str, Any]] = current.get("Rules", [])
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in NO_LIFECYCLE_CODES:
+                return False
+            if code != "NoSuchLifecycleConfiguration":
+                raise StorageError(f"S3 {code or 'error'} reading the lifecycle rules") from exc
+            rules = []
+        except BotoCoreError as exc:
+            raise StorageError(f"S3 unreachable: {exc}") from exc
+        rules = with_uploads_rule(rules, self.location.prefix + UPLOADS_PREFIX, days)
+        self._call(
+            self.client.put_bucket_lifecycle_configuration,
+            LifecycleConfiguration={"Rules": rules},
+        )
+        return True
 
     def size(self, key: str) -> int:
         head = self._call(self.client.head_object, key, Key=self._key(key))
@@ -216,6 +240,10 @@ class FileBackend:
         self.root.mkdir(parents=True, exist_ok=True)
         return not existed
 
+    def expire_uploads(self, days: int) -> bool:
+        """A folder has no lifecycle rules: uploads stay until a cleanup step removes them."""
+        return False
+
     def size(self, key: str) -> int:
         try:
             return self._path(key).stat().st_size
@@ -304,6 +332,9 @@ class Storage:
 
     async def ensure_bucket(self) -> bool:
         return await self.run(self.backend.ensure_bucket)
+
+    async def expire_uploads(self, days: int) -> bool:
+        return await self.run(self.backend.expire_uploads, days)
 
     async def size(self, key: str) -> int:
         return await self.run(self.backend.size, key)

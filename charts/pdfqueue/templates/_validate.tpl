@@ -1,0 +1,78 @@
+{{/*
+Every check of the values that the schema cannot express, in one place: included from NOTES.txt
+and from the API's Deployment, so `helm install` and `helm template` both refuse bad values.
+Messages name the value, never its content: tokens must not reach a CI log.
+*/}}
+{{- define "pdfqueue.validateValues" -}}
+{{- include "pdfqueue.validateAuth" . }}
+{{- include "pdfqueue.worker.terminationGracePeriodSeconds" . | substr 0 0 }}
+{{- end }}
+
+{{/* The API fails closed: tokens or an explicit, unexposed anonymous mode. */}}
+{{- define "pdfqueue.validateAuth" -}}
+{{- $auth := .Values.auth }}
+{{- if not (or $auth.apiTokens $auth.existingSecret $auth.allowAnonymous) }}
+{{- fail "auth.apiTokens is empty and auth.existingSecret is unset: the API would refuse to start. Set tokens (or auth.allowAnonymous=true for a private development install)" }}
+{{- end }}
+{{- if and $auth.allowAnonymous .Values.api.ingress.enabled }}
+{{- fail "auth.allowAnonymous=true with api.ingress.enabled=true: an anonymous API is never exposed through an Ingress. Set auth.apiTokens or auth.existingSecret, and auth.allowAnonymous=false" }}
+{{- end }}
+{{- if and $auth.allowAnonymous (ne .Values.api.service.type "ClusterIP") }}
+{{- fail (printf "auth.allowAnonymous=true with api.service.type=%s: an anonymous API stays inside the cluster (ClusterIP)" .Values.api.service.type) }}
+{{- end }}
+{{- if $auth.existingSecret }}
+{{- include "pdfqueue.validateExistingTokens" . }}
+{{- else }}
+{{- $seen := dict }}
+{{- range $tenant, $token := $auth.apiTokens }}
+{{- include "pdfqueue.validateToken" (dict "where" (printf "auth.apiTokens.%s" $tenant) "token" $token "seen" $seen) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+auth.existingSecret, when the cluster can be read (`helm install`/`upgrade`, or `helm template
+--dry-run=server`): the same checks on its tenant:token list. Offline renders skip them; the
+API checks its tokens at start either way.
+*/}}
+{{- define "pdfqueue.validateExistingTokens" -}}
+{{- $auth := .Values.auth }}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace $auth.existingSecret }}
+{{- if $secret }}
+{{- $where := printf "Secret %s key %s" $auth.existingSecret $auth.existingSecretKey }}
+{{- if not (hasKey ($secret.data | default dict) $auth.existingSecretKey) }}
+{{- fail (printf "%s: no such key (auth.existingSecretKey)" $where) }}
+{{- end }}
+{{- $seen := dict }}
+{{- range $entry := splitList "," (index $secret.data $auth.existingSecretKey | b64dec) }}
+{{- $entry = trim $entry }}
+{{- if $entry }}
+{{- $pair := splitn ":" 2 $entry }}
+{{- if or (not $pair._0) (not $pair._1) }}
+{{- fail (printf "%s: an entry is not tenant:token (value not shown)" $where) }}
+{{- end }}
+{{- include "pdfqueue.validateToken" (dict "where" (printf "%s, tenant %s" $where $pair._0) "token" $pair._1 "seen" $seen) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* One token: 32+ plain characters or sha256: + 64 lowercase hex, and not another tenant's.
+Call with (dict "where" NAME "token" TOKEN "seen" DICT); never prints the token. */}}
+{{- define "pdfqueue.validateToken" -}}
+{{- $token := .token }}
+{{- if regexMatch "[,\\s]" $token }}
+{{- fail (printf "%s: a token holds no comma or whitespace (value not shown)" .where) }}
+{{- end }}
+{{- if hasPrefix "sha256:" $token }}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" $token) }}
+{{- fail (printf "%s: a hash is sha256: followed by 64 lowercase hex digits (value not shown)" .where) }}
+{{- end }}
+{{- else if lt (len $token) 32 }}
+{{- fail (printf "%s: a plain token needs 32 characters or more (value not shown); make one with `openssl rand -hex 32`, or store its sha256: hash" .where) }}
+{{- end }}
+{{- if hasKey .seen $token }}
+{{- fail (printf "%s and %s hold the same token: each tenant needs its own" (get .seen $token) .where) }}
+{{- end }}
+{{- $_ := set .seen $token .where }}
+{{- end }}
