@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request, status
+from fastapi import Depends, FastAPI, Path, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
@@ -23,11 +23,13 @@ from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
     ArchiveTooLarge,
     BatchNotFound,
+    InvalidBatchId,
     NotAZipArchive,
     PdfQueueError,
     ServiceUnavailable,
 )
 from pdfqueue.gauges import QueueGauges
+from pdfqueue.keys import BATCH_ID_PATTERN
 from pdfqueue.models import BatchSummary, FileResult
 from pdfqueue.queue import check_durability
 from pdfqueue.settings import Settings
@@ -41,6 +43,8 @@ from pdfqueue_api.upload import ZIP_TYPES, FormFileReader, UnsupportedMediaType
 
 log = logging.getLogger(__name__)
 Tenant = Annotated[str, Depends(require_tenant)]
+BatchId = Annotated[str, Path(pattern=BATCH_ID_PATTERN, description="32 lowercase hex digits")]
+"""A batch id path parameter: anything else is a 422 before it reaches a store."""
 
 
 class BatchCreated(BaseModel):
@@ -161,18 +165,18 @@ def _add_routes(app: FastAPI) -> None:
         )
 
     @app.get("/v1/batches/{batch_id}", response_model=BatchSummary, responses={404: {}})
-    async def get_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
+    async def get_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
         """Live progress; after the live state expires, the durable summary."""
         return await service.get(tenant, batch_id)
 
     @app.delete("/v1/batches/{batch_id}", response_model=BatchSummary, responses={404: {}})
-    async def cancel_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
+    async def cancel_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
         """Cancel: pending PDFs are dropped, running ones finish and are counted."""
         return await service.cancel(tenant, batch_id)
 
     @app.get("/v1/batches/{batch_id}/files", response_model=list[FileResult], responses={404: {}})
     async def batch_files(
-        batch_id: str,
+        batch_id: BatchId,
         tenant: Tenant,
         service: Service,
         format: Annotated[str, Query(pattern="^(json|csv)$")] = "json",
@@ -254,6 +258,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         (ArchiveTooLarge, 413),
         (UnsupportedMediaType, 415),
         (NotAZipArchive, 422),
+        (InvalidBatchId, 422),
         (ServiceUnavailable, 503),
     ]
     for exc_type, code in by_type:
