@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     (its `spec.tenant` may only repeat it). `namespace:*` trusts the namespace's writers to name
     any tenant in `spec.tenant` (the API's namespace: only the API and cluster admins may create
     PdfBatches there). PdfBatches in any other namespace are refused. PDFQUEUE_KUBERNETES_NAMESPACE,
-    when set, counts as `*`."""
+    when set, and the operator's own namespace (in a pod) count as `*`."""
     operator_source_prefix: str = "incoming/"
     """Folder (under the storage prefix) holding the ZIPs of PdfBatch manifests, one subfolder
     per tenant: `spec.source` must be `<storage>/incoming/<tenant>/...`. Never `uploads/` or

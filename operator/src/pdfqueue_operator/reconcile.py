@@ -38,6 +38,8 @@ class BatchReconciler:
     state: BatchState
     storage: Storage
     kube: Kube
+    own_namespace: str | None = None
+    """The operator's own namespace (in a pod): trusted like a namespace mapped to `*`."""
     _written: dict[str, str] = field(default_factory=dict, repr=False)
     """batch id -> the summary last written into its object, so unchanged ones cost nothing."""
 
@@ -47,10 +49,10 @@ class BatchReconciler:
 
     @property
     def namespace_tenants(self) -> dict[str, str]:
-        """Namespace -> tenant (or `*`); the API's own namespace trusts its writers."""
-        api_namespace = self.settings.kubernetes_namespace
-        extra = {api_namespace: ANY_TENANT} if api_namespace else {}
-        return extra | self.settings.operator_namespace_tenants
+        """Namespace -> tenant (or `*`); the API's and the operator's own namespaces trust
+        their writers (the API creates its PdfBatches there, for every tenant)."""
+        trusted = [ns for ns in (self.settings.kubernetes_namespace, self.own_namespace) if ns]
+        return dict.fromkeys(trusted, ANY_TENANT) | self.settings.operator_namespace_tenants
 
     def tenant_of(self, obj: PdfBatchObject) -> str:
         """The object's tenant, from its namespace: never from what the object itself says."""
@@ -150,6 +152,12 @@ class BatchReconciler:
             return
         fingerprint = summary.model_dump_json()
         if self._written.get(batch_id) == fingerprint:
+            return
+        if await self.db.pdfbatch_uid(batch_id) != ref.uid:  # e.g. left by an older operator
+            log.warning(
+                "batch %s is not bound to PdfBatch %s/%s", batch_id, ref.namespace, ref.name
+            )
+            await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
             return
         body = await self.kube.get_pdfbatch(ref)
         if body is None:
