@@ -299,6 +299,7 @@ async def test_sources_are_compared_by_path_segments(
 def test_key_from_url_compares_segments(storage: Storage) -> None:
     base = storage.url("")
     assert storage.key_from_url(f"{base}incoming/hr/a.zip") == "incoming/hr/a.zip"
+    assert storage.key_from_url(f"{base}incoming/hr/a.zip;v=1") == "incoming/hr/a.zip;v=1"
     bucket_prefix = base.removeprefix("s3://").rstrip("/")
     for outside in (f"s3://{bucket_prefix}x/a.zip", "s3://pdfqueue/a.zip", base.rstrip("/")):
         with pytest.raises(SourceOutsideBucket):

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 import boto3
 from botocore.config import Config
@@ -344,7 +344,10 @@ class Storage:
             # s3:// sources need PDFQUEUE_STORAGE_URL to be an s3:// store
             raise SourceOutsideBucket(url, self.backend.describe())
         here = self.backend.location
-        bucket, segments = source_segments(url)
+        try:
+            bucket, segments = source_segments(url)
+        except ValueError as exc:
+            raise SourceOutsideBucket(url, here.bucket) from exc
         base = here.prefix.rstrip("/").split("/") if here.prefix else []
         if bucket != here.bucket or len(segments) <= len(base) or segments[: len(base)] != base:
             raise SourceOutsideBucket(url, f"{here.bucket}/{here.prefix}")
@@ -364,15 +367,18 @@ class Storage:
 def source_segments(url: str) -> tuple[str, list[str]]:
     """The bucket and the key's path segments of an `s3://bucket/key` URL, checked.
 
+    Raises ValueError for anything but such a URL, UnsafeSource for an ambiguous one.
+
     Prefixes are compared by segments, never as text, and a segment that a store could
     resolve (`.`, `..`, an empty one) or an encoding of a separator is refused outright:
     `s3://bucket/incoming/../uploads/x.zip` must not pass for a key under `incoming/`.
     """
     if _UNSAFE_SOURCE.search(url):
         raise UnsafeSource(url, "control characters, \\, ?, # and %2f, %5c, %2e are not allowed")
-    parsed = urlparse(url)
+    parsed = urlsplit(url)  # not urlparse: it would cut a ";..." off the last segment
     if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.startswith("/"):
-        raise SourceOutsideBucket(url, "an s3://bucket/key URL")
+        msg = f"{url[:200]!r} is not an s3://bucket/key URL"
+        raise ValueError(msg)
     segments = parsed.path[1:].split("/")
     if any(s in {"", ".", ".."} for s in segments):
         raise UnsafeSource(url, "empty, '.' and '..' path segments are not allowed")
