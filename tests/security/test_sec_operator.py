@@ -21,8 +21,11 @@ from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
 from pdfqueue import keys
-from pdfqueue.errors import InvalidBatchId, SourceOutsideBucket, UnsafeSource
+from pdfqueue.batches import register_batch
+from pdfqueue.db import Database, connect
+from pdfqueue.errors import BatchConflict, InvalidBatchId, SourceOutsideBucket, UnsafeSource
 from pdfqueue.settings import Settings
+from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 
 GLOBEX = {"Authorization": "Bearer globex-token"}
@@ -380,3 +383,30 @@ async def test_operator_logs_json_redacted_and_posts_generic_events(
         entry = json.loads(line)  # JSON from the first line on, kopf's own lines included
         assert {"ts", "level", "logger", "msg"} <= entry.keys()
     assert "jane.doe@example.com" not in operator.log.read_text()
+
+
+async def test_live_state_is_never_created_with_another_tenant_than_postgresql_holds(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, redis: Redis, settings: Settings
+) -> None:
+    _, path = await make_corpus(2, seed=27)
+    victim = await upload(api, path)
+    await redis.delete(keys.batch(victim))  # its live state expired
+    pool = await connect(settings.database_url, max_size=1)
+    try:
+        for tenant, uid in (("globex", None), ("acme", "not-the-api")):
+            with pytest.raises(BatchConflict):
+                await register_batch(
+                    Database(pool, settings.users_table),
+                    BatchState(redis, 60),
+                    redis,
+                    settings.queue_name,
+                    batch_id=victim,
+                    tenant=tenant,
+                    source_key=f"uploads/{victim}.zip",
+                    pdfbatch_uid=uid,
+                )
+    finally:
+        await pool.close()
+    assert not await redis.exists(keys.batch(victim))
+    assert (await api.get(f"/v1/batches/{victim}", headers=GLOBEX)).status_code == 404
+    assert (await row_of(settings, victim) or {})["pdfbatch_uid"] is None
