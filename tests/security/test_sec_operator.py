@@ -114,6 +114,7 @@ async def victim_batch(
 
 
 @pytest.mark.kube
+@pytest.mark.timeout(300)  # a busy machine runs operators and kubectl slowly
 @pytest.mark.settings(pdfs_per_job=2)
 async def test_forged_batch_id_annotations_neither_mirror_hijack_nor_cancel(
     kube: Cluster,
@@ -189,6 +190,7 @@ async def test_forged_batch_id_annotations_neither_mirror_hijack_nor_cancel(
 
 
 @pytest.mark.kube
+@pytest.mark.timeout(300)  # a busy machine runs operators and kubectl slowly
 async def test_tenant_comes_from_the_namespace_and_sources_from_its_own_folder(
     kube: Cluster,
     namespace: str,
@@ -258,6 +260,7 @@ async def test_tenant_comes_from_the_namespace_and_sources_from_its_own_folder(
 
 
 @pytest.mark.kube
+@pytest.mark.timeout(300)  # a busy machine runs operators and kubectl slowly
 async def test_sources_are_compared_by_path_segments(
     kube: Cluster,
     namespace: str,
@@ -333,6 +336,7 @@ def test_key_builders_refuse_anything_but_a_batch_id() -> None:
 
 
 @pytest.mark.kube
+@pytest.mark.timeout(300)  # a busy machine runs operators and kubectl slowly
 async def test_operator_logs_json_redacted_and_posts_generic_events(
     kube: Cluster,
     namespace: str,

@@ -42,7 +42,10 @@ async def startup(
     # Only worker Deployments are watched at all (server-side), not every Deployment.
     settings.watching.label_selectors["apps", "v1", "deployments"] = config.operator_worker_selector
     settings.posting.reporting_component = "pdfqueue-operator"
-    settings.posting.level = logging.WARNING  # failures become Events; successes only log lines
+    # Handler failures become Events (kopf posts log lines only when asked to), successes only
+    # log lines. Their text is what the handlers raise: generic, see the module's docstring.
+    settings.posting.loggers = True
+    settings.posting.level = logging.WARNING
     memo.operator = await Operator.start(config, worker_deployments, hpa_targets)
 
 
