@@ -269,6 +269,8 @@ async def start_operator(
             "PDFQUEUE_METRICS_PORT": str(metrics_port),
             "PDFQUEUE_OPERATOR_SCALE_INTERVAL_S": "0.25",
             "PDFQUEUE_OPERATOR_STATUS_INTERVAL_S": "0.25",
+            # the example manifests' tenant (k8s/examples/pdfbatch.yaml)
+            "PDFQUEUE_OPERATOR_NAMESPACE_TENANTS": f"{namespace}:hr",
             **overrides,
         }
         log = tmp_path / f"operator-{len(running)}.log"

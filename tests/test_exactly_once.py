@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import asyncpg
@@ -40,7 +41,7 @@ async def test_enqueue_is_idempotent_by_job_id(redis: Redis, settings: Settings)
 
 async def test_outcome_is_counted_once(redis: Redis, settings: Settings) -> None:
     state = BatchState(redis, 60)
-    batch = f"once-{settings.queue_name}"
+    batch = uuid.uuid4().hex  # keys refuse anything but a batch id
     await state.create(batch, "t", utcnow())
     assert await state.start(batch, 2, 0) == "PROCESSING"
     assert await state.record(batch, [(0, Outcome.LINKED)]) == ([Recorded.COUNTED], "PROCESSING")
@@ -55,7 +56,7 @@ async def test_outcome_is_counted_once(redis: Redis, settings: Settings) -> None
         0,
         1,
     )
-    assert (await state.record("gone", [(0, Outcome.LINKED)]))[0] == [Recorded.MISSING]
+    assert (await state.record(uuid.uuid4().hex, [(0, Outcome.LINKED)]))[0] == [Recorded.MISSING]
 
 
 async def test_second_delivery_of_every_job_changes_nothing(

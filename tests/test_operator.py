@@ -73,9 +73,9 @@ async def test_applied_manifest_is_queued_processed_and_shown(
     run_worker: RunWorker,
 ) -> None:
     corpus, path = await make_corpus(24, seed=5)
-    await storage.put("incoming/resumes-2024-06.zip", path.read_bytes())
+    await storage.put("incoming/hr/resumes-2024-06.zip", path.read_bytes())
     await start_operator(namespace)
-    manifest = example(storage.url("incoming/resumes-2024-06.zip"))
+    manifest = example(storage.url("incoming/hr/resumes-2024-06.zip"))
     await kube.apply(manifest, namespace=namespace)
     name = manifest["metadata"]["name"]
 
@@ -164,7 +164,7 @@ async def test_source_outside_the_bucket_fails_and_a_missing_one_is_waited_for(
         assert failed["status"]["message"] == reason["message"]
         assert "batchId" not in failed["status"]
 
-    source = storage.url("incoming/late.zip")
+    source = storage.url("incoming/hr/late.zip")
     await kube.apply(example(source, "late"), namespace=namespace)
 
     def waiting(status: dict[str, Any], obj: dict[str, Any]) -> bool:
@@ -174,7 +174,7 @@ async def test_source_outside_the_bucket_fails_and_a_missing_one_is_waited_for(
     missing = await status_when(kube, namespace, "late", waiting, "waiting for its ZIP")
     assert f"{source} does not exist (yet)" in missing["status"]["message"]
     _, path = await make_corpus(3, seed=9)
-    await storage.put("incoming/late.zip", path.read_bytes())
+    await storage.put("incoming/hr/late.zip", path.read_bytes())
     found = await status_when(kube, namespace, "late", accepted, "queued once the ZIP exists")
     assert found["status"]["phase"] == "PENDING"
     assert found["status"]["batchId"]
@@ -192,10 +192,10 @@ async def test_deleting_a_pdfbatch_cancels_its_queued_jobs_even_if_the_operator_
     settings: Settings,
 ) -> None:
     _, path = await make_corpus(12, seed=11)
-    await storage.put("incoming/cancel-me.zip", path.read_bytes())
+    await storage.put("incoming/hr/cancel-me.zip", path.read_bytes())
     operator = await start_operator(namespace)
     await kube.apply(
-        example(storage.url("incoming/cancel-me.zip"), "cancel-me"), namespace=namespace
+        example(storage.url("incoming/hr/cancel-me.zip"), "cancel-me"), namespace=namespace
     )
     batch_id = (await status_when(kube, namespace, "cancel-me", accepted, "queued"))["status"][
         "batchId"
@@ -218,7 +218,7 @@ async def test_deleting_a_pdfbatch_cancels_its_queued_jobs_even_if_the_operator_
 
     # With the operator down, deletion is not blocked (no finalizer); it cancels on return.
     await kube.apply(
-        example(storage.url("incoming/cancel-me.zip"), "while-down"), namespace=namespace
+        example(storage.url("incoming/hr/cancel-me.zip"), "while-down"), namespace=namespace
     )
     second = (await status_when(kube, namespace, "while-down", accepted, "queued"))["status"][
         "batchId"
@@ -248,7 +248,7 @@ async def test_api_uploads_get_a_pdfbatch_the_operator_only_mirrors(
 
     corpus, path = await make_corpus(10, seed=13)
     ns = kube.system_ns  # the API's Role lets it create PdfBatches there and nowhere else
-    await start_operator(ns)
+    await start_operator(ns, PDFQUEUE_OPERATOR_NAMESPACE_TENANTS=f"{ns}:*")
     k8s = settings.model_copy(
         update={"kubernetes_namespace": ns, "kubeconfig": str(api_kubeconfig)}
     )

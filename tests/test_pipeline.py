@@ -218,7 +218,8 @@ async def test_tokens_and_tenants(api: httpx.AsyncClient, make_corpus: MakeCorpu
     other_tenant = GLOBEX  # stored only as its sha256
     assert (await api.get(f"/v1/batches/{batch_id}", headers=other_tenant)).status_code == 404
     assert (await api.get(f"/v1/batches/{batch_id}/files", headers=other_tenant)).status_code == 404
-    assert (await api.get("/v1/batches/0123456789abcdef")).status_code == 404
+    assert (await api.get(f"/v1/batches/{'0123456789abcdef' * 2}")).status_code == 404
+    assert (await api.get("/v1/batches/0123456789abcdef")).status_code == 422  # not an id
     assert (await api.get("/healthz", headers={"Authorization": ""})).status_code == 200
 
 

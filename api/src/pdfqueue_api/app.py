@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
@@ -23,12 +23,14 @@ from pdfqueue.errors import (
     ArchiveTooLarge,
     BatchNotFound,
     DirectoryTooLarge,
+    InvalidBatchId,
     NotAZipArchive,
     PdfQueueError,
     QuotaExceeded,
     ServiceUnavailable,
 )
 from pdfqueue.gauges import QueueGauges
+from pdfqueue.keys import BATCH_ID_PATTERN
 from pdfqueue.models import BatchSummary, FileResult
 from pdfqueue.queue import check_durability
 from pdfqueue.settings import Settings
@@ -43,6 +45,8 @@ from pdfqueue_api.upload import ZIP_TYPES, FormFileReader, UnsupportedMediaType
 
 log = logging.getLogger(__name__)
 Tenant = Annotated[str, Depends(require_tenant)]
+BatchId = Annotated[str, Path(pattern=BATCH_ID_PATTERN, description="32 lowercase hex digits")]
+"""A batch id path parameter: anything else is a 422 before it reaches a store."""
 
 
 class BatchCreated(BaseModel):
@@ -188,14 +192,14 @@ def _add_routes(app: FastAPI) -> None:
         )
 
     @app.get("/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503))
-    async def get_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
+    async def get_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
         """Live progress; after the live state expires, the durable summary."""
         return await service.get(tenant, batch_id)
 
     @app.delete(
         "/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503)
     )
-    async def cancel_batch(batch_id: str, tenant: Tenant, service: Service) -> BatchSummary:
+    async def cancel_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
         """Cancel: pending PDFs are dropped, running ones finish and are counted."""
         return await service.cancel(tenant, batch_id)
 
@@ -208,7 +212,7 @@ def _add_routes(app: FastAPI) -> None:
         },
     )
     async def batch_files(
-        batch_id: str,
+        batch_id: BatchId,
         tenant: Tenant,
         service: Service,
         format: Annotated[str, Query(pattern="^(json|csv)$")] = "json",
@@ -317,6 +321,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         (DirectoryTooLarge, 413),
         (UnsupportedMediaType, 415),
         (NotAZipArchive, 422),
+        (InvalidBatchId, 422),
         (ServiceUnavailable, 503),
     ]
     for exc_type, code in by_type:

@@ -6,8 +6,9 @@ from redis.asyncio import Redis
 
 from pdfqueue import keys, metrics
 from pdfqueue.db import Database
+from pdfqueue.errors import BatchConflict
 from pdfqueue.models import TERMINAL, BatchStatus, BatchSummary
-from pdfqueue.queue import Job, enqueue, remove
+from pdfqueue.queue import Job, enqueue, queued_with_prefix, remove
 from pdfqueue.state import BatchState
 
 
@@ -20,16 +21,22 @@ async def register_batch(
     batch_id: str,
     tenant: str,
     source_key: str,
+    pdfbatch_uid: str | None = None,
 ) -> BatchSummary:
     """Create the durable row and the live state and enqueue `ingest`, each only once.
 
     Safe to call again for the same batch (an operator re-reconciling, a retried request):
     an existing row is kept, live state is not reset, and the ingest job id is deterministic.
+    An existing row with another tenant, source or PdfBatch raises BatchConflict: live state
+    only ever carries the tenant PostgreSQL holds.
     """
-    summary = await db.create_batch(batch_id, tenant, source_key)
+    row = await db.create_batch(batch_id, tenant, source_key, pdfbatch_uid=pdfbatch_uid)
+    if (row.tenant, row.source_key, row.pdfbatch_uid) != (tenant, source_key, pdfbatch_uid):
+        raise BatchConflict(batch_id)
+    summary = row.summary
     if summary.status in TERMINAL:
         return summary
-    created = await state.create(batch_id, tenant, summary.created_at)
+    created = await state.create(batch_id, row.tenant, summary.created_at)
     job = Job(keys.ingest_job(batch_id), "ingest", {"batch_id": batch_id, "source": source_key})
     await enqueue(redis, queue_name, [job])
     if created:
@@ -58,8 +65,7 @@ async def cancel_batch(
     await db.finish_batch(batch_id, BatchStatus.CANCELLED)
     metrics.batch_entered(BatchStatus.CANCELLED)
     pending = [keys.ingest_job(batch_id)]
-    async for member, _ in redis.zscan_iter(queue_name, match=f"process:{batch_id}:*", count=1000):
-        pending.append(member.decode() if isinstance(member, bytes) else member)
+    pending += await queued_with_prefix(redis, queue_name, keys.process_job_prefix(batch_id))
     return await remove(redis, queue_name, pending)
 
 

@@ -101,16 +101,47 @@ class Database:
         )
 
     # --- batches --------------------------------------------------------------------------
-    async def create_batch(self, batch_id: str, tenant: str, source_key: str) -> BatchSummary:
+    async def create_batch(
+        self, batch_id: str, tenant: str, source_key: str, *, pdfbatch_uid: str | None = None
+    ) -> BatchRow:
+        """Insert the batch, or return the existing row unchanged (whoever it belongs to)."""
         row = await self.pool.fetchrow(
-            "INSERT INTO pdfqueue_batches (id, tenant, source_key, status) VALUES ($1, $2, $3, $4)"
+            "INSERT INTO pdfqueue_batches (id, tenant, source_key, status, pdfbatch_uid)"
+            " VALUES ($1, $2, $3, $4, $5)"
             " ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id RETURNING *",
             batch_id,
             tenant,
             source_key,
             BatchStatus.PENDING.value,
+            pdfbatch_uid,
         )
-        return _summary(row)
+        return _batch_row(row)
+
+    async def bind_pdfbatch(
+        self, batch_id: str, pdfbatch_uid: str, *, tenant: str, source_key: str
+    ) -> BatchRow | None:
+        """Bind the batch to the PdfBatch `pdfbatch_uid`, once: a compare-and-set.
+
+        Succeeds only if the batch has this tenant and source and is bound to no object yet
+        (a batch the API created) or to this one already; None otherwise. A concurrent
+        claim waits for the row lock and then finds it bound to the winner.
+        """
+        row = await self.pool.fetchrow(
+            "UPDATE pdfqueue_batches SET pdfbatch_uid = $2 WHERE id = $1 AND tenant = $3"
+            " AND source_key = $4 AND (pdfbatch_uid IS NULL OR pdfbatch_uid = $2) RETURNING *",
+            batch_id,
+            pdfbatch_uid,
+            tenant,
+            source_key,
+        )
+        return _batch_row(row) if row is not None else None
+
+    async def pdfbatch_uid(self, batch_id: str) -> str | None:
+        """The uid of the PdfBatch the batch is bound to (None if unbound or unknown)."""
+        uid: str | None = await self.pool.fetchval(
+            "SELECT pdfbatch_uid FROM pdfqueue_batches WHERE id = $1", batch_id
+        )
+        return uid
 
     async def active_batches(self, tenant: str, uploading: Sequence[str] = ()) -> int:
         """Batches of `tenant` not yet terminal, plus those of `uploading` without a row yet.
@@ -266,6 +297,20 @@ class Database:
             *([batch_id] if scoped else []),
         )
         return {r["email"]: UserRow(r["id"], r["email"], r["pdf_url"]) for r in rows}
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """A batch's durable row: its summary and who it belongs to."""
+
+    summary: BatchSummary
+    tenant: str
+    source_key: str
+    pdfbatch_uid: str | None
+
+
+def _batch_row(row: Any) -> BatchRow:
+    return BatchRow(_summary(row), row["tenant"], row["source_key"], row["pdfbatch_uid"])
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,21 @@ class BatchNotFound(PermanentError):
         self.batch_id = batch_id
 
 
+class InvalidBatchId(PermanentError):
+    """Not a batch id (32 lowercase hex digits): refused before it reaches a key or a query."""
+
+    def __init__(self, value: str) -> None:
+        super().__init__(f"{value[:40]!r} is not a batch id (32 lowercase hex digits)")
+
+
+class BatchConflict(PermanentError):
+    """The batch exists already with another tenant, source or object: it is not yours."""
+
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(f"batch {batch_id} exists already and belongs to something else")
+        self.batch_id = batch_id
+
+
 class NotAZipArchive(PermanentError):
     def __init__(self, detail: str) -> None:
         super().__init__(f"the upload is not a ZIP archive: {detail}")
@@ -61,6 +76,14 @@ class QuotaExceeded(PdfQueueError):
         self.quota = quota
         self.limit = limit
         self.retry_after_s = retry_after_s
+
+
+class UnsafeSource(PermanentError):
+    """A source path that could name another object than it seems to (`..`, `%2f`, ...)."""
+
+    def __init__(self, source: str, why: str) -> None:
+        super().__init__(f"source {source[:200]!r} is refused: {why}")
+        self.source = source
 
 
 class ServiceUnavailable(TransientError):

@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+import re
+
+from pdfqueue.errors import InvalidBatchId
+
 PREFIX = "pdfqueue"
+BATCH_ID_PATTERN = "^[0-9a-f]{32}$"
+"""Every batch id: a UUID as 32 lowercase hex digits, so it can never act as a glob or a path."""
+_BATCH_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def is_batch_id(value: object) -> bool:
+    return isinstance(value, str) and _BATCH_ID.fullmatch(value) is not None
+
+
+def checked(batch_id: str) -> str:
+    """`batch_id` itself, or InvalidBatchId: no key is ever built from anything else."""
+    if not is_batch_id(batch_id):
+        raise InvalidBatchId(str(batch_id))
+    return batch_id
 
 
 def batch(batch_id: str) -> str:
     """Hash with the batch's status and counters (TTL, refreshed while it runs)."""
-    return f"{PREFIX}:batch:{batch_id}"
+    return f"{PREFIX}:batch:{checked(batch_id)}"
 
 
 def outcomes(batch_id: str) -> str:
     """Hash of file index -> outcome: the once-only guard behind every counter."""
-    return f"{PREFIX}:batch:{batch_id}:outcomes"
+    return f"{PREFIX}:batch:{checked(batch_id)}:outcomes"
 
 
 def quota(tenant: str, name: str) -> str:
@@ -21,11 +39,16 @@ def quota(tenant: str, name: str) -> str:
 
 
 def ingest_job(batch_id: str) -> str:
-    return f"ingest:{batch_id}"
+    return f"ingest:{checked(batch_id)}"
 
 
 def process_job(batch_id: str, index: int) -> str:
-    return f"process:{batch_id}:{index}"
+    return f"{process_job_prefix(batch_id)}{int(index)}"
+
+
+def process_job_prefix(batch_id: str) -> str:
+    """What every `process` job id of the batch starts with (compared as text, never a glob)."""
+    return f"process:{checked(batch_id)}:"
 
 
 def last_error(job_id: str) -> str:

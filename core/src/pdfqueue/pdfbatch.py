@@ -9,23 +9,16 @@ VERSION = "v1alpha1"
 PLURAL = "pdfbatches"
 KIND = "PdfBatch"
 BATCH_ID_ANNOTATION = "pdfqueue.io/batch-id"
-"""Set by the API on the objects it creates: the batch exists already, under this id."""
+"""Set by the API on the objects it creates: the batch exists already, under this id. The
+operator lets one object adopt such a batch, once, and only if tenant and source match."""
 DEFAULT_TENANT = "kubernetes"
-"""`spec.tenant` when a manifest leaves it out (the CRD's default says the same)."""
+"""`spec.tenant` when a manifest leaves it out (the CRD's default says the same); in a
+namespace mapped to a tenant it means "this namespace's tenant"."""
 
 
 def object_name(batch_id: str) -> str:
     """The name the API gives the PdfBatch of an upload."""
     return f"batch-{batch_id}"
-
-
-def batch_id_for(uid: str, annotations: dict[str, str]) -> str:
-    """The batch behind an object: the API's annotation, else the object's uid as hex.
-
-    A uid is a UUID, so the derived id has the API's own shape (32 hex digits), and a
-    manifest deleted and applied again is a new object and so a new batch.
-    """
-    return annotations.get(BATCH_ID_ANNOTATION) or uid.replace("-", "").lower()
 
 
 def manifest(batch_id: str, source_url: str, tenant: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ JOB_EXPIRES_MS = 7 * 24 * 3600 * 1000
 """A job not started within this long is dropped by arq; a week outlasts any idle cluster."""
 
 _ENQUEUE = resources.files("pdfqueue").joinpath("lua/enqueue.lua").read_text()
+_SCAN_PREFIX = resources.files("pdfqueue").joinpath("lua/scan_prefix.lua").read_text()
 
 
 def serialize(obj: Any) -> bytes:
@@ -82,6 +83,25 @@ async def remove(redis: Redis, queue_name: str, job_ids: Sequence[str]) -> int:
         pipe.delete(*(job_key_prefix + j for j in job_ids))
         removed, _ = await pipe.execute()
     return int(removed)
+
+
+async def queued_with_prefix(
+    redis: Redis, queue_name: str, prefix: str, count: int = 1000
+) -> list[str]:
+    """Ids of the queued jobs whose id starts with `prefix`, compared as plain text in Redis.
+
+    Never `ZSCAN MATCH`: a glob built from an id lets `*` or `?` in it select other jobs.
+    """
+    found: list[str] = []
+    cursor = "0"
+    while True:
+        raw_cursor, members = await redis.eval(  # type: ignore[misc]
+            _SCAN_PREFIX, 1, queue_name, cursor, prefix, str(count)
+        )
+        found += [m.decode() if isinstance(m, bytes) else m for m in members]
+        cursor = raw_cursor.decode() if isinstance(raw_cursor, bytes) else str(raw_cursor)
+        if cursor == "0":
+            return found
 
 
 async def check_durability(redis: Redis) -> list[str]:

@@ -16,6 +16,18 @@ from pdfqueue.errors import ConfigurationError
 ARQ_TIMEOUT_MARGIN_S = 5.0
 """Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+"""A tenant the operator accepts: it becomes a folder name under the source prefix."""
+_TENANT = re.compile(TENANT_PATTERN)
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def valid_tenant(name: str) -> bool:
+    """Whether `name` can be a tenant the operator files batches under (TENANT_PATTERN)."""
+    return _TENANT.fullmatch(name) is not None
+
+
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -39,7 +51,6 @@ class TenantQuota(BaseModel):
     concurrent_batches: int | None = Field(default=None, ge=0)
 
 
-_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _PLAIN_TOKEN = re.compile(r"^[\x21-\x7e]{32,1024}$")
 _HASHED_TOKEN = re.compile(r"^sha256:[0-9a-f]{64}$")
 MIN_TOKEN_CHARS = 32
@@ -176,6 +187,16 @@ class Settings(BaseSettings):
     """Label selector of the worker Deployments the operator scales."""
     operator_health_port: int = 8080
     """Port of the operator's liveness endpoint (kopf's `/healthz`)."""
+    operator_namespace_tenants: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """`namespace:tenant` pairs, comma separated: the tenant of every PdfBatch in that namespace
+    (its `spec.tenant` may only repeat it). `namespace:*` trusts the namespace's writers to name
+    any tenant in `spec.tenant` (the API's namespace: only the API and cluster admins may create
+    PdfBatches there). PdfBatches in any other namespace are refused. PDFQUEUE_KUBERNETES_NAMESPACE,
+    when set, and the operator's own namespace (in a pod) count as `*`."""
+    operator_source_prefix: str = "incoming/"
+    """Folder (under the storage prefix) holding the ZIPs of PdfBatch manifests, one subfolder
+    per tenant: `spec.source` must be `<storage>/incoming/<tenant>/...`. Never `uploads/` or
+    `pdfs/`, so a manifest cannot name an upload or a linked PDF of any tenant."""
 
     # --- batches and archives -----------------------------------------------------------------
     batch_ttl_s: int = 3600
@@ -276,6 +297,37 @@ class Settings(BaseSettings):
         if not isinstance(value, str):
             return value
         return parse_api_tokens(value)
+
+    @field_validator("operator_namespace_tenants", mode="before")
+    @classmethod
+    def _parse_namespace_tenants(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        mapping: dict[str, str] = {}
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            namespace, _, tenant = (part.strip() for part in entry.partition(":"))
+            if not _NAMESPACE.fullmatch(namespace) or not (
+                tenant == "*" or _TENANT.fullmatch(tenant)
+            ):
+                msg = f"PDFQUEUE_OPERATOR_NAMESPACE_TENANTS entry {entry[:80]!r} is not ns:tenant"
+                raise ValueError(msg)
+            if namespace in mapping:
+                msg = f"PDFQUEUE_OPERATOR_NAMESPACE_TENANTS names namespace {namespace!r} twice"
+                raise ValueError(msg)
+            mapping[namespace] = tenant
+        return mapping
+
+    @field_validator("operator_source_prefix")
+    @classmethod
+    def _check_source_prefix(cls, value: str) -> str:
+        segments = value.strip("/").split("/")
+        if any(not _SEGMENT.fullmatch(s) for s in segments) or segments[0] in {"uploads", "pdfs"}:
+            msg = (
+                f"PDFQUEUE_OPERATOR_SOURCE_PREFIX {value!r} must be a plain folder"
+                " other than uploads/ and pdfs/"
+            )
+            raise ValueError(msg)
+        return "/".join(segments) + "/"
 
     @field_validator("users_table")
     @classmethod

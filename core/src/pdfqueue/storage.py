@@ -9,24 +9,33 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from pdfqueue.errors import ObjectNotFound, SourceOutsideBucket, StorageError
+from pdfqueue.errors import (
+    ObjectNotFound,
+    SourceOutsideBucket,
+    StorageError,
+    UnsafeSource,
+)
 from pdfqueue.expiry import NO_LIFECYCLE_CODES, UPLOADS_PREFIX, with_uploads_rule
 from pdfqueue.s3http import NOT_FOUND_CODES, AsyncS3
 from pdfqueue.settings import Settings
 
 T = TypeVar("T")
+_UNSAFE_SOURCE = re.compile(r"[\x00-\x1f\x7f-\x9f\\?#]|%(?:2f|5c|2e)", re.IGNORECASE)
+"""Control characters, backslashes, `?`, `#` and percent-encoded `/`, `\\` or `.`: a store or
+a proxy may read any of them as something else than the literal text the checks compared."""
 
 
 class Backend(Protocol):
@@ -372,13 +381,13 @@ class Storage:
             raise SourceOutsideBucket(url, self.backend.describe())
         here = self.backend.location
         try:
-            there = S3Location.from_url(url)
+            bucket, segments = source_segments(url)
         except ValueError as exc:
             raise SourceOutsideBucket(url, here.bucket) from exc
-        full = there.prefix.rstrip("/")
-        if there.bucket != here.bucket or not full.startswith(here.prefix) or full == here.prefix:
+        base = here.prefix.rstrip("/").split("/") if here.prefix else []
+        if bucket != here.bucket or len(segments) <= len(base) or segments[: len(base)] != base:
             raise SourceOutsideBucket(url, f"{here.bucket}/{here.prefix}")
-        return full.removeprefix(here.prefix)
+        return "/".join(segments[len(base) :])
 
     def close(self) -> None:
         """Stop the thread pool; inside an event loop prefer `aclose`, which does this too."""
@@ -389,6 +398,27 @@ class Storage:
         if self._s3 is not None:
             await self._s3.aclose()
         self.close()
+
+
+def source_segments(url: str) -> tuple[str, list[str]]:
+    """The bucket and the key's path segments of an `s3://bucket/key` URL, checked.
+
+    Raises ValueError for anything but such a URL, UnsafeSource for an ambiguous one.
+
+    Prefixes are compared by segments, never as text, and a segment that a store could
+    resolve (`.`, `..`, an empty one) or an encoding of a separator is refused outright:
+    `s3://bucket/incoming/../uploads/x.zip` must not pass for a key under `incoming/`.
+    """
+    if _UNSAFE_SOURCE.search(url):
+        raise UnsafeSource(url, "control characters, \\, ?, # and %2f, %5c, %2e are not allowed")
+    parsed = urlsplit(url)  # not urlparse: it would cut a ";..." off the last segment
+    if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.startswith("/"):
+        msg = f"{url[:200]!r} is not an s3://bucket/key URL"
+        raise ValueError(msg)
+    segments = parsed.path[1:].split("/")
+    if any(s in {"", ".", ".."} for s in segments):
+        raise UnsafeSource(url, "empty, '.' and '..' path segments are not allowed")
+    return parsed.netloc, segments
 
 
 class RangeReader(io.RawIOBase):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 
@@ -16,17 +15,22 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kopf.cli import main as kopf_main
+    """kopf's own runner, not its CLI: the CLI installs kopf's plain, unredacted log format."""
+    import importlib
+
+    import kopf
 
     from pdfqueue.settings import Settings
+    from pdfqueue.telemetry import setup_logging
 
+    setup_logging()
+    importlib.import_module("pdfqueue_operator")  # registers the handlers
     port = Settings().operator_health_port
-    argv = ["run", "-m", "pdfqueue_operator", f"--liveness=http://0.0.0.0:{port}/healthz"]
-    argv += [f"--namespace={ns}" for ns in args.namespace or []] or ["--all-namespaces"]
-    if args.standalone:
-        argv.append("--standalone")
-    if args.peering:
-        argv.append(f"--peering={args.peering}")
-    sys.argv = ["kopf", *argv]
-    kopf_main()
+    kopf.run(
+        clusterwide=not args.namespace,
+        namespaces=args.namespace or (),
+        standalone=True if args.standalone else None,
+        peering_name=args.peering,
+        liveness_endpoint=f"http://0.0.0.0:{port}/healthz",
+    )
     return 0

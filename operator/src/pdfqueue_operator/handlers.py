@@ -1,5 +1,9 @@
 """kopf handlers, kept thin: parse the object, call the reconciler, write the status.
 
+kopf posts what its handlers raise as Events, readable by anyone who can read the namespace:
+so what they raise is generic (a reason, never an exception's text or a dependency's URL),
+and the details go to the operator's own log.
+
 No handler here needs a finalizer (no on.delete, timer or daemon), so deleting a PdfBatch is
 never blocked, even while the operator is down: a deletion is seen as a DELETED event, or,
 if the operator missed it, by the status loop finding the object gone.
@@ -11,12 +15,11 @@ import logging
 from typing import Any
 
 import kopf
-from asyncpg import PostgresError
-from redis.exceptions import RedisError
 
-from pdfqueue.errors import ObjectNotFound, SourceOutsideBucket, TransientError
+from pdfqueue.errors import ObjectNotFound, PermanentError
 from pdfqueue.pdfbatch import GROUP, PLURAL, VERSION
 from pdfqueue.settings import Settings
+from pdfqueue.telemetry import setup_logging
 from pdfqueue_operator.autoscaler import Key, WorkerDeployment
 from pdfqueue_operator.model import PdfBatchObject
 from pdfqueue_operator.runtime import Operator
@@ -34,11 +37,15 @@ async def startup(
     hpa_targets: kopf.Index[Key, str],
     **_: Any,
 ) -> None:
+    setup_logging()  # again for `kopf run -m`, whose own plain format is not redacted
     config = Settings()
     # Only worker Deployments are watched at all (server-side), not every Deployment.
     settings.watching.label_selectors["apps", "v1", "deployments"] = config.operator_worker_selector
     settings.posting.reporting_component = "pdfqueue-operator"
-    settings.posting.level = logging.WARNING  # failures become Events; successes only log lines
+    # Handler failures become Events (kopf posts log lines only when asked to), successes only
+    # log lines. Their text is what the handlers raise: generic, see the module's docstring.
+    settings.posting.loggers = True
+    settings.posting.level = logging.WARNING
     memo.operator = await Operator.start(config, worker_deployments, hpa_targets)
 
 
@@ -80,19 +87,25 @@ async def reconcile(
     delay = min(operator.settings.operator_status_interval_s * 2**retry, MAX_RETRY_DELAY_S)
     try:
         summary = await operator.reconciler.ensure(obj)
-    except SourceOutsideBucket as exc:
-        patch.status.update(
-            rejected("SourceOutsideBucket", str(exc), obj.generation, obj.conditions, final=True)
-        )
-        raise kopf.PermanentError(str(exc)) from exc
     except ObjectNotFound as exc:
         message = f"{obj.spec.source} does not exist (yet); looking again in {delay:g}s"
         patch.status.update(
             rejected("SourceNotFound", message, obj.generation, obj.conditions, final=False)
         )
-        raise kopf.TemporaryError(message, delay=delay) from exc
-    except (TransientError, RedisError, PostgresError, OSError) as exc:
-        raise kopf.TemporaryError(f"a dependency failed: {exc!r}", delay=delay) from exc
+        raise kopf.TemporaryError("the source does not exist (yet)", delay=delay) from exc
+    except PermanentError as exc:  # refused: the status says why, in the object's own terms
+        reason = type(exc).__name__
+        patch.status.update(rejected(reason, str(exc), obj.generation, obj.conditions, final=True))
+        raise kopf.PermanentError(f"refused: {reason}") from exc
+    except Exception as exc:
+        log.warning(
+            "PdfBatch %s/%s: reconciling failed, retrying in %gs",
+            obj.ref.namespace,
+            obj.ref.name,
+            delay,
+            exc_info=True,
+        )
+        raise kopf.TemporaryError("a dependency is unavailable; retrying", delay=delay) from exc
     patch.status.update(progress(summary, obj.generation, obj.conditions))
 
 
@@ -100,4 +113,5 @@ async def reconcile(
 async def deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Cancel the batch of a deleted PdfBatch: queued PDFs are dropped, running ones finish."""
     operator: Operator = memo.operator
-    await operator.reconciler.forget(PdfBatchObject.from_body(body).batch_id)
+    obj = PdfBatchObject.from_body(body)
+    await operator.reconciler.forget(obj.batch_id, obj.ref.uid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes.aio import client, config
@@ -18,6 +19,15 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "pdfqueue-operator"
 TIMEOUT_S = 10.0
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def own_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:
+    """The namespace of this pod's ServiceAccount; None outside a pod."""
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
 
 
 async def connect(kubeconfig: str | None) -> client.ApiClient:

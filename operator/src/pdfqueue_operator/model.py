@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pdfqueue.pdfbatch import DEFAULT_TENANT, batch_id_for
+from pdfqueue.pdfbatch import BATCH_ID_ANNOTATION, DEFAULT_TENANT
 
 
 class PdfBatchSpec(BaseModel):
@@ -56,5 +56,21 @@ class PdfBatchObject(BaseModel):
         )
 
     @property
+    def adopted_id(self) -> str | None:
+        """The API's batch-id annotation, unchecked (None when absent): a claim, not a fact."""
+        return self.annotations.get(BATCH_ID_ANNOTATION)
+
+    @property
+    def own_id(self) -> str:
+        """The id of the batch this object creates itself: its uid as 32 hex digits.
+
+        A uid is a UUID, so the id has the API's own shape, and a manifest deleted and
+        applied again is a new object and so a new batch.
+        """
+        return self.ref.uid.replace("-", "").lower()
+
+    @property
     def batch_id(self) -> str:
-        return batch_id_for(self.ref.uid, self.annotations)
+        """The batch this object names: the annotation if present, else its own id."""
+        adopted = self.adopted_id
+        return adopted if adopted is not None else self.own_id

@@ -1,4 +1,9 @@
-"""PdfBatch reconciliation: queue the batch once, mirror its progress, cancel it when deleted."""
+"""PdfBatch reconciliation: queue the batch once, mirror its progress, cancel it when deleted.
+
+A batch is bound to one object, once, in PostgreSQL (`pdfbatch_uid`): the object that created
+it, or the first object that adopted it through the API's annotation with matching tenant and
+source. Only that object's status gets its progress, and only that object's deletion cancels it.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +17,17 @@ from pdfqueue.batches import cancel_batch, read_batch, register_batch
 from pdfqueue.db import Database
 from pdfqueue.errors import ObjectNotFound
 from pdfqueue.models import TERMINAL, BatchSummary
-from pdfqueue.settings import Settings
+from pdfqueue.pdfbatch import DEFAULT_TENANT
+from pdfqueue.settings import Settings, valid_tenant
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
+from pdfqueue_operator.errors import BatchNotAdoptable, SourceNotAllowed, TenantNotAllowed
 from pdfqueue_operator.kube import Kube
 from pdfqueue_operator.model import ObjectRef, PdfBatchObject
 from pdfqueue_operator.status import progress
 
 log = logging.getLogger(__name__)
+ANY_TENANT = "*"
 
 
 @dataclass
@@ -30,6 +38,8 @@ class BatchReconciler:
     state: BatchState
     storage: Storage
     kube: Kube
+    own_namespace: str | None = None
+    """The operator's own namespace (in a pod): trusted like a namespace mapped to `*`."""
     _written: dict[str, str] = field(default_factory=dict, repr=False)
     """batch id -> the summary last written into its object, so unchanged ones cost nothing."""
 
@@ -37,32 +47,80 @@ class BatchReconciler:
     def tracking_key(self) -> str:
         return keys.operator_batches(self.settings.queue_name)
 
-    async def ensure(self, obj: PdfBatchObject) -> BatchSummary:
-        """Register and enqueue the object's batch (once), and start mirroring its progress.
+    @property
+    def namespace_tenants(self) -> dict[str, str]:
+        """Namespace -> tenant (or `*`); the API's and the operator's own namespaces trust
+        their writers (the API creates its PdfBatches there, for every tenant)."""
+        trusted = [ns for ns in (self.settings.kubernetes_namespace, self.own_namespace) if ns]
+        return dict.fromkeys(trusted, ANY_TENANT) | self.settings.operator_namespace_tenants
 
-        Raises SourceOutsideBucket (permanent) or ObjectNotFound (the ZIP is not there yet).
-        An object the API created finds its batch registered already: nothing new is queued.
+    def tenant_of(self, obj: PdfBatchObject) -> str:
+        """The object's tenant, from its namespace: never from what the object itself says."""
+        namespace, wanted = obj.ref.namespace, obj.spec.tenant
+        mapped = self.namespace_tenants.get(namespace)
+        if mapped is None:
+            msg = f"namespace {namespace!r} has no tenant (PDFQUEUE_OPERATOR_NAMESPACE_TENANTS)"
+            raise TenantNotAllowed(msg)
+        if mapped != ANY_TENANT:
+            if wanted not in {mapped, DEFAULT_TENANT}:
+                msg = f"spec.tenant {wanted[:63]!r} is not the tenant of namespace {namespace!r}"
+                raise TenantNotAllowed(msg)
+            return mapped
+        if not valid_tenant(wanted):
+            raise TenantNotAllowed(f"spec.tenant {wanted[:63]!r} is not a valid tenant name")
+        return wanted
+
+    async def ensure(self, obj: PdfBatchObject) -> BatchSummary:
+        """Register and enqueue the object's batch, or adopt the API's (once), and mirror it.
+
+        Raises a PermanentError when the object is refused (ObjectNotFound: the ZIP is not
+        there yet). A refused object queues nothing and touches no batch.
         """
+        tenant = self.tenant_of(obj)
         key = self.storage.key_from_url(obj.spec.source)
-        batch_id = obj.batch_id
+        if obj.adopted_id is not None:
+            batch_id = keys.checked(obj.adopted_id)
+            bound = await self.db.bind_pdfbatch(
+                batch_id, obj.ref.uid, tenant=tenant, source_key=key
+            )
+            if bound is None:
+                raise BatchNotAdoptable(batch_id)
+            summary = bound.summary
+        else:
+            batch_id = obj.own_id
+            summary = await self._register(obj, batch_id, tenant, key)
+        if summary.status not in TERMINAL:
+            await self.redis.hset(self.tracking_key, batch_id, obj.ref.dumps())  # type: ignore[misc]
+        return await read_batch(self.db, self.state, batch_id) or summary
+
+    async def _register(
+        self, obj: PdfBatchObject, batch_id: str, tenant: str, key: str
+    ) -> BatchSummary:
+        folder = f"{self.settings.operator_source_prefix}{tenant}/"
+        if not key.startswith(folder):  # the key's segments are checked: a text prefix will do
+            raise SourceNotAllowed(obj.spec.source, self.storage.url(folder))
         known = await read_batch(self.db, self.state, batch_id)
         if known is None and not await self.storage.exists(key):
             raise ObjectNotFound(obj.spec.source)
-        summary = await register_batch(
+        return await register_batch(
             self.db,
             self.state,
             self.redis,
             self.settings.queue_name,
             batch_id=batch_id,
-            tenant=obj.spec.tenant,
+            tenant=tenant,
             source_key=key,
+            pdfbatch_uid=obj.ref.uid,
         )
-        if summary.status not in TERMINAL:
-            await self.redis.hset(self.tracking_key, batch_id, obj.ref.dumps())  # type: ignore[misc]
-        return await read_batch(self.db, self.state, batch_id) or summary
 
-    async def forget(self, batch_id: str) -> int | None:
-        """Its object is gone: cancel the batch unless finished (returns jobs dropped)."""
+    async def forget(self, batch_id: str, uid: str) -> int | None:
+        """Object `uid` is gone: cancel its batch unless finished (returns jobs dropped).
+
+        Nothing happens unless the batch is bound to that very object: deleting an object
+        that merely named a batch (a forged annotation, a refused object) cancels nothing.
+        """
+        if not keys.is_batch_id(batch_id) or await self.db.pdfbatch_uid(batch_id) != uid:
+            return None
         summary = await read_batch(self.db, self.state, batch_id)
         dropped = None
         if summary is not None and summary.status not in TERMINAL:
@@ -78,7 +136,10 @@ class BatchReconciler:
         """One pass: copy each tracked batch's progress into its object, until it is terminal."""
         tracked: dict[bytes, bytes] = await self.redis.hgetall(self.tracking_key)  # type: ignore[misc]
         for raw_id, raw_ref in tracked.items():
-            batch_id = raw_id.decode()
+            batch_id = raw_id.decode(errors="replace")
+            if not keys.is_batch_id(batch_id):  # never written by this code: drop it
+                await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
+                continue
             try:
                 await self._mirror_one(batch_id, ObjectRef.loads(raw_ref))
             except Exception:  # one object's trouble must not hold up the others
@@ -92,11 +153,17 @@ class BatchReconciler:
         fingerprint = summary.model_dump_json()
         if self._written.get(batch_id) == fingerprint:
             return
+        if await self.db.pdfbatch_uid(batch_id) != ref.uid:  # e.g. left by an older operator
+            log.warning(
+                "batch %s is not bound to PdfBatch %s/%s", batch_id, ref.namespace, ref.name
+            )
+            await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
+            return
         body = await self.kube.get_pdfbatch(ref)
         if body is None:
             # Deleted while nobody watched (the operator was down: there is no finalizer).
             log.info("PdfBatch %s/%s is gone", ref.namespace, ref.name)
-            await self.forget(batch_id)
+            await self.forget(batch_id, ref.uid)
             return
         meta, old = body["metadata"], body.get("status") or {}
         status = progress(summary, meta.get("generation"), old.get("conditions"))

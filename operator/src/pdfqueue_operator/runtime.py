@@ -91,7 +91,13 @@ class Operator:
         client = kube.Kube(await kube.connect(settings.kubeconfig))
         db = Database(pool, settings.users_table)
         reconciler = BatchReconciler(
-            settings, redis, db, BatchState(redis, settings.batch_ttl_s), storage, client
+            settings,
+            redis,
+            db,
+            BatchState(redis, settings.batch_ttl_s),
+            storage,
+            client,
+            own_namespace=kube.own_namespace(),
         )
         autoscaler = Autoscaler(settings, redis, client, deployments, hpas)
         loops = [
