@@ -3,7 +3,9 @@
 The control plane is the session's one (tests/kubefix.py, tools/kube.sh on free loopback
 ports). Every kubectl call names its kubeconfig, checked to be that control plane's: an ambient
 KUBECONFIG or another cluster is never touched. The operator runs as `pdfqueue operator` with
-the token of its own ServiceAccount (k8s/rbac/operator.yaml), never as admin.
+the token of its own ServiceAccount (k8s/rbac/operator.yaml plus the cluster-wide rules of
+k8s/cluster-wide/operator-rbac.yaml, since each test watches namespaces of its own), never as
+admin.
 """
 
 from __future__ import annotations
@@ -152,7 +154,12 @@ def kube(kube_cluster: KubeCluster) -> Cluster:
     )
     assert run.rc == 0, run.err
     cluster.kubectl_sync("create", "namespace", cluster.system_ns)
-    for manifest in ("k8s/rbac/operator.yaml", "k8s/rbac/api.yaml"):
+    # The tests' operators serve namespaces each test creates: the cluster-wide mode's rights.
+    for manifest in (
+        "k8s/rbac/operator.yaml",
+        "k8s/cluster-wide/operator-rbac.yaml",
+        "k8s/rbac/api.yaml",
+    ):
         docs = own_copy(ROOT / manifest, cluster.system_ns)
         run = cluster.kubectl_sync("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
         assert run.rc == 0, run.err

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from helpers import MakeCorpus, RunWorker, upload
+from helpers import GLOBEX, MakeCorpus, RunWorker, upload
 from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
@@ -27,8 +27,6 @@ from pdfqueue.errors import BatchConflict, InvalidBatchId, SourceOutsideBucket, 
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
-
-GLOBEX = {"Authorization": "Bearer globex-token"}
 
 
 def pdfbatch(name: str, source: str, tenant: str | None = None, batch_id: str | None = None) -> Any:
