@@ -7,6 +7,7 @@ import io
 import logging
 import multiprocessing
 import os
+import re
 import resource
 import signal
 from collections.abc import Callable
@@ -29,6 +30,8 @@ Result = tuple[str, list[str], int, bool, int | None]
 PDF_MAGIC_WINDOW = 1024  # the PDF spec lets junk precede %PDF- within the first KiB
 KEPT_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 """All a parsing process keeps of the worker's environment: never a password, key or token."""
+_AT = re.compile("[@\ufe6b\uff20]")
+"""@ and the two characters NFKC folds to it (the address scan normalizes with NFKC)."""
 # PDFium does not return allocation failures: at the memory cap it aborts the process, and a
 # SIGABRT is read as `too_large` (pebble replaces the process; nothing else is lost).
 _LOCKED = (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY)
@@ -104,10 +107,25 @@ def _read_pages(document: pdfium.PdfDocument, max_pages: int, start_page: int) -
         finally:
             page.close()
         has_text = has_text or bool(text.strip())
-        emails.extend(e for e in find_emails(text) if e not in emails)
+        emails.extend(e for e in find_emails(address_lines(text)) if e not in emails)
         if emails and number + 1 < last:
             return "", emails, pages, has_text, number + 1
     return "", emails, pages, has_text, None
+
+
+def address_lines(text: str) -> str:
+    """Only the lines of `text` with an @ (or a look-alike): no address spans a line, and
+    scanning every line of a dense page cost a fifth of reading it."""
+    lines = []
+    end = 0
+    for at in _AT.finditer(text):
+        if at.start() < end:
+            continue  # a second @ on a line already taken
+        start = text.rfind("\n", 0, at.start()) + 1
+        end = text.find("\n", at.start())
+        end = len(text) if end < 0 else end
+        lines.append(text[start:end])
+    return "\n".join(lines)
 
 
 def read_pdf_pypdf(data: bytes, max_pages: int, start_page: int = 0) -> Result:
