@@ -72,8 +72,9 @@ class Settings(BaseSettings):
     """Live state in Redis expires this long after the batch's last activity."""
     max_members: int = 100_000
     """Most ZIP members one upload may hold (directories included)."""
-    max_pdf_bytes: int = 100 * 1024**2
-    """Largest uncompressed size of one member."""
+    max_pdf_bytes: int = 16 * 1024**2
+    """Largest uncompressed size of one member: a résumé is well under 1 MiB, 16 MiB leaves
+    room for scans. Members inflate in the parsing process, under its memory limit."""
     max_total_uncompressed_bytes: int = 20 * 1024**3
     """Largest sum of uncompressed member sizes in one ZIP."""
     max_compression_ratio: float = 200.0

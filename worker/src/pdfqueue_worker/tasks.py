@@ -37,7 +37,7 @@ RECORD_RESERVE_S = 4.0
 """Of a job's deadline, what is kept for matching, storing, claiming and recording."""
 SLICE_MAX_SPAN_BYTES = 16 * 1024**2
 """Most bytes one process job reads at once (more only for a single member that big)."""
-LINK_INFLATED_BYTES = 64 * 1024**2
+LINK_INFLATED_BYTES = 16 * 1024**2
 """Most inflated bytes one job holds at once while storing its linked PDFs (more only for a
 single member that big): the worker inflates a member only to store it, parsing processes
 inflate what they read under their own memory cap."""
