@@ -7,7 +7,9 @@ import os
 import statistics
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -107,25 +109,34 @@ def big_zip(path: Path, total_bytes: int, members: int = 10) -> Path:
 def parse_cost_ms(
     planned: Corpus, seed: int, density: Density = Density.SPARSE, sample: int = 60
 ) -> dict[str, float]:
-    """CPU milliseconds the worker's parser needs per PDF of this corpus, in this process.
+    """CPU milliseconds the worker's parser (and pypdf, the one before it) needs per PDF of
+    this corpus, measured in this process.
 
     The ceiling for parsing-bound throughput on C cores is C / cost: the number to compare
     the end-to-end rate with.
     """
-    from pdfqueue_worker.extract import read_pdf
+    from pdfqueue_worker.extract import read_pdf, read_pdf_pypdf
 
     docs = [pdf_bytes(f, seed, density) for f in planned.files[:sample]]
-    read_pdf(docs[0], 50)  # imports and caches out of the measurement
-    costs = []
-    for data in docs:
-        started = time.process_time()
-        reason, emails, *_ = read_pdf(data, 50)
-        costs.append((time.process_time() - started) * 1000)
-        if reason or not emails:
-            raise RuntimeError(f"a clean PDF did not parse ({reason or 'no email'})")
+    pdfium = _costs(read_pdf, docs)
+    pypdf = _costs(read_pdf_pypdf, docs)
     return {
-        "mean_ms": round(statistics.fmean(costs), 2),
-        "median_ms": round(statistics.median(costs), 2),
+        "mean_ms": round(statistics.fmean(pdfium), 2),
+        "median_ms": round(statistics.median(pdfium), 2),
+        "pypdf_mean_ms": round(statistics.fmean(pypdf), 2),
+        "pypdf_median_ms": round(statistics.median(pypdf), 2),
         "mean_kib": round(statistics.fmean(len(d) for d in docs) / 1024, 1),
         "sample": len(docs),
     }
+
+
+def _costs(read: Callable[[bytes, int], tuple[Any, ...]], docs: list[bytes]) -> list[float]:
+    read(docs[0], 50)  # imports and caches out of the measurement
+    costs = []
+    for data in docs:
+        started = time.process_time()
+        reason, emails, *_ = read(data, 50)
+        costs.append((time.process_time() - started) * 1000)
+        if reason or not emails:
+            raise RuntimeError(f"a clean PDF did not parse ({reason or 'no email'})")
+    return costs

@@ -294,10 +294,11 @@ def _assemble(streams: list[str]) -> bytes:
     ]
     for i, text in enumerate(streams):
         body = zlib.compress(text.encode("latin-1"), 6)
-        objects.append(
+        page = (
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {PAGE_W:.0f} {PAGE_H:.0f}]"
-            f" /Resources << /Font << /F1 3 0 R /F2 4 0 R >> >> /Contents {6 + 2 * i} 0 R >>".encode()
+            f" /Resources << /Font << /F1 3 0 R /F2 4 0 R >> >> /Contents {6 + 2 * i} 0 R >>"
         )
+        objects.append(page.encode())
         objects.append(
             f"<< /Length {len(body)} /Filter /FlateDecode >>\nstream\n".encode()
             + body

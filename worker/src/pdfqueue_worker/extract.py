@@ -171,6 +171,11 @@ def read_member(
 ENGINES: dict[str, Callable[..., Result]] = {"pdfium": read_pdf, "pypdf": read_pdf_pypdf}
 
 
+def death_reason(exitcode: int | None) -> str:
+    """The per-file reason when the parsing process died on a file."""
+    return "too_large" if exitcode == -signal.SIGABRT else "parser_crashed"
+
+
 def _forkserver() -> multiprocessing.context.ForkServerContext:
     """A forkserver that has imported the parsers once, so a new parsing process starts warm."""
     ctx = multiprocessing.get_context("forkserver")
@@ -219,7 +224,7 @@ class Extractor:
         except FutureTimeout as exc:
             raise Unreadable("timeout", f"parsing took over {self.timeout_s:g}s") from exc
         except ProcessExpired as exc:
-            reason = "too_large" if exc.exitcode == -signal.SIGABRT else "parser_crashed"
+            reason = death_reason(exc.exitcode)
             raise Unreadable(reason, f"the parser process died ({exc.exitcode})") from exc
         except asyncio.CancelledError:
             future.cancel()  # pebble kills the process running a cancelled task
