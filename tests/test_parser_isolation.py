@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -81,3 +82,20 @@ async def test_members_inflate_in_the_capped_parser_not_in_the_worker(
     assert {reasons[f"bomb-{i:02d}.pdf"] for i in range(BOMBS)} == {("failed", "too_large")}
     # 16 inflated members would be 512 MiB; the worker held their compressed bytes only
     assert peak < MEMBER_BYTES, f"the worker allocated {peak / 1024**2:.0f} MiB at its peak"
+
+
+async def test_a_member_whose_local_header_runs_past_the_read_is_read_on_and_linked(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    corpus, _ = await make_corpus(3, seed=42, mix=CLEAN)
+    path = tmp_path / "extra.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for i, f in enumerate(corpus.files):
+            info = zipfile.ZipInfo(f.name)
+            if i == len(corpus.files) - 1:  # the last: nothing after it in the job's read
+                info.extra = struct.pack("<HH", 0xCAFE, 3000) + bytes(3000)
+            zf.writestr(info, render_pdf(f, seed=42))
+    batch_id = await upload(api, path)
+    await run_worker()
+    status = await wait_done(api, batch_id)
+    assert (status["processed"], status["linked"], status["failed"]) == (3, 3, 0)
