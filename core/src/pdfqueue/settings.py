@@ -102,7 +102,8 @@ class Settings(BaseSettings):
     """Pages read per PDF when looking for an email; an email is almost always on page one."""
     extract_memory_bytes: int = 320 * 1024**2
     """Address-space limit of each parsing process, so a decompression bomb fails one file
-    (256 MiB still reads ordinary PDFs; pypdf's own stream limit is 75 MB)."""
+    (256 MiB still reads ordinary PDFs and inflates a member of `PDFQUEUE_MAX_PDF_BYTES`;
+    PDFium aborts its process at the limit, which fails that file as `too_large`)."""
     extract_tasks_per_process: int = 5000
     """Recycle a parsing process after this many PDFs to bound slow leaks (its memory limit
     already bounds a fast one; recycling every 500 cost ~0.8 ms of CPU per PDF)."""
