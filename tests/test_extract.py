@@ -77,7 +77,7 @@ async def test_decompression_bomb_is_stopped(extractor: Extractor) -> None:
     assert len(bomb) < 1_000_000
     with pytest.raises(Unreadable) as caught:
         await extractor.extract(bomb)
-    assert caught.value.reason in {"too_large", "unreadable"}
+    assert caught.value.reason == "too_large"  # PDFium aborted at the cap: not a crash
     ok = await extractor.extract(pdf_with_stream(b"BT /F1 12 Tf 72 720 Td (a@b.io) Tj ET"))
     assert ok.emails == ["a@b.io"]  # the pool survived
 
