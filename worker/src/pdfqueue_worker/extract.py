@@ -13,7 +13,7 @@ import signal
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
@@ -21,9 +21,11 @@ from pebble import ProcessExpired, ProcessPool
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
-from pdfqueue_worker.archive import Member, MemberRejected
 from pdfqueue_worker.emails import find_emails
-from pdfqueue_worker.payload import inflate
+from pdfqueue_worker.payload import Packed, Uninflatable, inflate
+
+if TYPE_CHECKING:
+    from pdfqueue_worker.archive import Member
 
 Result = tuple[str, list[str], int, bool, int | None]
 """(error reason or "", emails, pages, has_text, next page or None), from a parsing process."""
@@ -155,13 +157,13 @@ def read_pdf_pypdf(data: bytes, max_pages: int, start_page: int = 0) -> Result:
 
 
 def read_member(
-    raw: bytes, member: Member, max_pages: int, start_page: int, engine: Callable[..., Result]
+    raw: bytes, packed: Packed, max_pages: int, start_page: int, engine: Callable[..., Result]
 ) -> Result:
     """Runs in a pool process: inflate one ZIP member under this process's memory cap,
     then read it. `raw` is the member's local header and compressed data."""
     try:
-        data = inflate(raw, member)
-    except MemberRejected as exc:
+        data = inflate(raw, packed)
+    except Uninflatable as exc:
         return exc.reason, [], 0, False, None
     if b"%PDF-" not in data[:PDF_MAGIC_WINDOW]:
         return "not_a_pdf", [], 0, False, None
@@ -215,7 +217,8 @@ class Extractor:
     async def extract_member(self, raw: bytes, member: Member, start_page: int = 0) -> Extraction:
         """`extract` for a ZIP member still compressed (`raw`: its local header and data):
         the parsing process inflates it, so inflated bytes never reach the worker itself."""
-        return await self._run(read_member, raw, member, self.max_pages, start_page, self.engine)
+        packed = Packed.of(member)
+        return await self._run(read_member, raw, packed, self.max_pages, start_page, self.engine)
 
     async def _run(self, fn: Callable[..., Result], *args: Any) -> Extraction:
         future = self.pool.schedule(fn, args=args, timeout=self.timeout_s)

@@ -28,7 +28,7 @@ from pdfqueue_worker.archive import (
 )
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extraction, Unreadable
-from pdfqueue_worker.payload import cut, inflate
+from pdfqueue_worker.payload import Packed, cut, inflate
 from pdfqueue_worker.record import Decision, failed, record, restore
 
 log = logging.getLogger(__name__)
@@ -336,7 +336,7 @@ async def _link(
 ) -> tuple[FileRef, Decision]:
     """Store the PDF under its content-addressed key and claim the user for it."""
     # parsed already, so it inflates; off the event loop
-    data = await deps.storage.run(inflate, raw, member)
+    data = await deps.storage.run(inflate, raw, Packed.of(member))
     sha256 = hashlib.sha256(data).hexdigest()
     key = f"pdfs/{user.id}/{sha256}.pdf"
     if user.pdf_url is not None:
