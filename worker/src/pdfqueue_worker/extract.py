@@ -163,7 +163,7 @@ def read_pdf_pypdf(
     return "", emails, pages, has_text, None
 
 
-def read_member(
+def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by position)
     raw: bytes,
     packed: Packed,
     max_pages: int,
