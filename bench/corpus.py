@@ -1,4 +1,5 @@
-"""Inputs for the bench: clean résumé corpora (cached ZIPs), the users table, a big random ZIP."""
+"""Inputs for the bench: clean résumé corpora at three densities (cached ZIPs), the users
+table, a big random ZIP."""
 
 from __future__ import annotations
 
@@ -6,11 +7,23 @@ import os
 import statistics
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
-from pdfqueue.samples import CLEAN, Corpus, build_corpus, render_pdf, seed_users, write_zip
+from bench.documents import Density, render
+from pdfqueue.samples import (
+    CLEAN,
+    ZIP_DATE,
+    Corpus,
+    SampleFile,
+    build_corpus,
+    render_pdf,
+    seed_users,
+    write_zip,
+)
 
 CACHE = Path(os.environ.get("PDFQUEUE_BENCH_CACHE", "/tmp/pdfqueue-bench"))
 USERS_TABLE = "users"
@@ -20,17 +33,37 @@ which other people's runs on a shared database may be using."""
 WARMUP_SEED = 7
 
 
-def corpus(n: int, seed: int) -> tuple[Corpus, Path]:
-    """A CLEAN corpus (every PDF names a known user once) and its ZIP, generated once."""
+def corpus(n: int, seed: int, density: Density = Density.SPARSE) -> tuple[Corpus, Path]:
+    """A CLEAN corpus (every PDF names a known user once) and its ZIP, generated once: the
+    same n, seed and density always give the same bytes."""
     planned = build_corpus(n, seed=seed, mix=CLEAN)
-    path = CACHE / f"clean-{n}-seed{seed}.zip"
+    name = f"clean-{n}-seed{seed}" if density is Density.SPARSE else f"{density}-{n}-seed{seed}"
+    path = CACHE / f"{name}.zip"
     if not path.exists():
         started = time.monotonic()
         tmp = path.with_suffix(".tmp")
-        write_zip(planned, tmp, seed=seed, junk=False)
+        if density is Density.SPARSE:
+            write_zip(planned, tmp, seed=seed, junk=False)
+        else:
+            _write_dense_zip(planned, tmp, seed, density)
         tmp.replace(path)
         print(f"  generated {path} ({n} PDFs) in {time.monotonic() - started:.1f}s")
     return planned, path
+
+
+def pdf_bytes(f: SampleFile, seed: int, density: Density) -> bytes:
+    """One file of a corpus, as `corpus` writes it into the ZIP."""
+    return render_pdf(f, seed=seed) if density is Density.SPARSE else render(f, density, seed)
+
+
+def _write_dense_zip(planned: Corpus, path: Path, seed: int, density: Density) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for f in planned.files:
+            info = zipfile.ZipInfo(f.name, date_time=ZIP_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, render(f, density, seed))
 
 
 async def reseed(database_url: str, schema: str, planned: Corpus) -> None:
@@ -73,26 +106,37 @@ def big_zip(path: Path, total_bytes: int, members: int = 10) -> Path:
     return path
 
 
-def parse_cost_ms(planned: Corpus, seed: int, sample: int = 60) -> dict[str, float]:
-    """CPU milliseconds pypdf needs per PDF of this corpus, measured in this process.
+def parse_cost_ms(
+    planned: Corpus, seed: int, density: Density = Density.SPARSE, sample: int = 60
+) -> dict[str, float]:
+    """CPU milliseconds the worker's parser (and pypdf, the one before it) needs per PDF of
+    this corpus, measured in this process.
 
     The ceiling for parsing-bound throughput on C cores is C / cost: the number to compare
     the end-to-end rate with.
     """
-    from pdfqueue_worker.extract import read_pdf
+    from pdfqueue_worker.extract import read_pdf, read_pdf_pypdf
 
-    docs = [render_pdf(f, seed=seed) for f in planned.files[:sample]]
-    read_pdf(docs[0], 50)  # imports and caches out of the measurement
-    costs = []
-    for data in docs:
-        started = time.process_time()
-        reason, emails, *_ = read_pdf(data, 50)
-        costs.append((time.process_time() - started) * 1000)
-        if reason or not emails:
-            raise RuntimeError(f"a clean PDF did not parse ({reason or 'no email'})")
+    docs = [pdf_bytes(f, seed, density) for f in planned.files[:sample]]
+    pdfium = _costs(read_pdf, docs)
+    pypdf = _costs(read_pdf_pypdf, docs)
     return {
-        "mean_ms": round(statistics.fmean(costs), 2),
-        "median_ms": round(statistics.median(costs), 2),
+        "mean_ms": round(statistics.fmean(pdfium), 2),
+        "median_ms": round(statistics.median(pdfium), 2),
+        "pypdf_mean_ms": round(statistics.fmean(pypdf), 2),
+        "pypdf_median_ms": round(statistics.median(pypdf), 2),
         "mean_kib": round(statistics.fmean(len(d) for d in docs) / 1024, 1),
         "sample": len(docs),
     }
+
+
+def _costs(read: Callable[[bytes, int], tuple[Any, ...]], docs: list[bytes]) -> list[float]:
+    read(docs[0], 50)  # imports and caches out of the measurement
+    costs = []
+    for data in docs:
+        started = time.process_time()
+        reason, emails, *_ = read(data, 50)
+        costs.append((time.process_time() - started) * 1000)
+        if reason or not emails:
+            raise RuntimeError(f"a clean PDF did not parse ({reason or 'no email'})")
+    return costs

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from bench import corpus
+from bench.documents import Density
 from bench.pipeline import Bench
 from bench.procs import Child, Sampler
 
@@ -94,10 +95,12 @@ def _clean(bench: Bench, existing: set[bytes], window_ms: tuple[int, int]) -> in
     return len(keys)
 
 
-def run_peer(bench: Bench, n: int, seed: int, timeout_s: float) -> dict[str, Any]:
+def run_peer(
+    bench: Bench, n: int, seed: int, timeout_s: float, density: Density = Density.SPARSE
+) -> dict[str, Any]:
     """Reseed `users`, run `node peer.js ZIP` once, parse its {"peer"...} line."""
     workdir = install()
-    planned, path = corpus.corpus(n, seed)
+    planned, path = corpus.corpus(n, seed, density)
     asyncio.run(corpus.reseed(bench.database_url, bench.schema, planned))
     existing = _peer_keys(bench)
     t0_ms = int(time.time() * 1000)

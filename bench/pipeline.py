@@ -19,6 +19,7 @@ import httpx
 from redis import Redis
 
 from bench import corpus
+from bench.documents import Density
 from bench.procs import Child, Sampler, free_port, listener_pid, stop_all, wait_until
 from pdfqueue import keys
 from pdfqueue.client import Client
@@ -335,11 +336,18 @@ def arq_timings(bench: Bench, batch_id: str, epoch0: float) -> dict[str, Any]:
 
 
 def run_config(
-    bench: Bench, workers: int, extract_processes: int, n: int, *, seed: int, timeout_s: float
+    bench: Bench,
+    workers: int,
+    extract_processes: int,
+    n: int,
+    *,
+    seed: int,
+    timeout_s: float,
+    density: Density = Density.SPARSE,
 ) -> dict[str, Any]:
     """Start a fresh deployment, warm it up, reseed, and time one batch of n clean PDFs."""
-    planned, path = corpus.corpus(n, seed)
-    tag = f"pq-{n}-w{workers}-p{extract_processes}"
+    planned, path = corpus.corpus(n, seed, density)
+    tag = f"pq-{density}-{n}-w{workers}-p{extract_processes}"
     with Deployment(bench, workers, extract_processes, tag) as dep:
         dep.warm_up()
         asyncio.run(corpus.reseed(bench.database_url, bench.schema, planned))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-GOODPUT_TARGET = 2.0
-"""pdfqueue must link at least twice as many PDFs per second as the seed peer."""
+GOODPUT_TARGET = 3.0
+"""pdfqueue must link at least three times as many PDFs per second as the seed peer."""
+CPU_TARGET_MS = 4.0
+"""CPU per linked PDF, summed over every process, on the typical corpus."""
 STAGES = ("read", "extract", "match", "store", "claim", "record")
 
 
@@ -31,9 +33,10 @@ def derive(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def label(run: dict[str, Any]) -> str:
+    density = str(run.get("density", "sparse"))[:7]
     if run["system"] == "pdfqueue":
-        return f"pdfqueue {run['workers']}w x {run['extract_processes']}p"
-    return run["system"]
+        return f"{density:<7} pdfqueue {run['workers']}w x {run['extract_processes']}p"
+    return f"{density:<7} {run['system']}"
 
 
 def _peaks(run: dict[str, Any]) -> str:
@@ -71,14 +74,14 @@ def _stages(run: dict[str, Any]) -> str:
 def table(runs: list[dict[str, Any]]) -> str:
     nan = float("nan")
     head = (
-        f"{'configuration':<19} {'PDFs':>5} {'status':<9} {'sec':>7} {'PDFs/s':>6} "
+        f"{'configuration':<27} {'PDFs':>5} {'status':<9} {'sec':>7} {'PDFs/s':>6} "
         f"{'linked/s':>8} {'linked':>6} {'in DB':>6} {'nomatch':>7} {'failed':>6} {'cores':>5} "
         f"{'CPUms/link':>10}  peak RSS MB (process tree)"
     )
     lines = [head, "-" * len(head)]
     for r in runs:
         lines.append(
-            f"{label(r):<19} {r['files']:>5} {str(r.get('status', '?'))[:9]:<9} "
+            f"{label(r):<27} {r['files']:>5} {str(r.get('status', '?'))[:9]:<9} "
             f"{r.get('seconds', nan):>7.2f} {r.get('pdfs_per_s', nan):>6.1f} "
             f"{r.get('goodput', nan):>8.1f} {r.get('linked', 0):>6} {r.get('linked_in_db', 0):>6} "
             f"{r.get('skipped_no_match', 0):>7} {r.get('failed', 0):>6} "
@@ -89,58 +92,78 @@ def table(runs: list[dict[str, Any]]) -> str:
         "(in DB: users with a pdf_url afterwards; fewer than `linked` means some were linked twice)"
     )
     lines += ["", "CPU ms per PDF (workers: event loop+parsers; others: the rest of the host):"]
-    lines += [f"  {label(r):<19} {r['files']:>5}  {_cpu(r)}" for r in runs if _cpu(r)]
+    lines += [f"  {label(r):<27} {r['files']:>5}  {_cpu(r)}" for r in runs if _cpu(r)]
     lines += ["", "pdfqueue stage means, ms (all workers):"]
-    lines += [f"  {label(r):<19} {r['files']:>5}  {_stages(r)}" for r in runs if _stages(r)]
+    lines += [f"  {label(r):<27} {r['files']:>5}  {_stages(r)}" for r in runs if _stages(r)]
     return "\n".join(lines)
 
 
 def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per size and worker count, the best pdfqueue configuration against the peer.
+    """Per corpus, size and worker count, the best pdfqueue configuration against the peer.
 
     `paired` compares with the peer run made just before it (the same load on a shared
     machine); `vs_best_peer` with the peer's best run of that size (a lower bound).
     """
     out = []
-    for n in sorted({r["files"] for r in runs}):
-        peers = [r for r in runs if r["system"] == "seed-node" and r["files"] == n]
-        best_peer = max(
-            (r for r in peers if r.get("goodput")), key=lambda r: r["goodput"], default=None
-        )
-        mine = [r for r in runs if r["system"] == "pdfqueue" and r["files"] == n]
-        for workers in sorted({r["workers"] for r in mine}):
-            ok = [r for r in mine if r["workers"] == workers and r.get("goodput") is not None]
-            if not ok:
-                continue
-            best = max(ok, key=lambda r: r["goodput"])
-            pair = best.get("paired_peer") or {}
-            row: dict[str, Any] = {
-                "files": n,
-                "workers": workers,
-                "extract_processes": best["extract_processes"],
-                "goodput": best["goodput"],
-                "failed_on_clean": best.get("failed", 0),
-                "cpu_ms_per_linked": best.get("cpu_ms_per_linked"),
-            }
-            if pair.get("goodput") and best_peer:
-                row.update(
-                    peer_goodput=pair["goodput"],
-                    peer_failed_on_clean=pair.get("failed"),
-                    peer_missed_on_clean=pair.get("skipped_no_match"),
-                    peer_cpu_ms_per_linked=pair.get("cpu_ms_per_linked"),
-                    goodput_ratio=round(best["goodput"] / pair["goodput"], 2),
-                    throughput_ratio=round(best["pdfs_per_s"] / pair["pdfs_per_s"], 2),
-                    vs_best_peer=round(best["goodput"] / best_peer["goodput"], 2),
-                )
-                row["met"] = row["goodput_ratio"] >= GOODPUT_TARGET and row["failed_on_clean"] == 0
-            out.append(row)
+    for density, n in sorted({(str(r.get("density", "sparse")), r["files"]) for r in runs}):
+        same = [r for r in runs if str(r.get("density", "sparse")) == density and r["files"] == n]
+        out += _ratios(density, n, same)
+    return out
+
+
+def _ratios(density: str, n: int, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`ratios` for one corpus and size."""
+    out = []
+    peers = [r for r in runs if r["system"] == "seed-node"]
+    best_peer = max(
+        (r for r in peers if r.get("goodput")), key=lambda r: r["goodput"], default=None
+    )
+    mine = [r for r in runs if r["system"] == "pdfqueue"]
+    for workers in sorted({r["workers"] for r in mine}):
+        ok = [r for r in mine if r["workers"] == workers and r.get("goodput") is not None]
+        if not ok:
+            continue
+        best = max(ok, key=lambda r: r["goodput"])
+        pair = best.get("paired_peer") or {}
+        row: dict[str, Any] = {
+            "density": density,
+            "files": n,
+            "workers": workers,
+            "extract_processes": best["extract_processes"],
+            "goodput": best["goodput"],
+            "failed_on_clean": best.get("failed", 0),
+            "cpu_ms_per_linked": best.get("cpu_ms_per_linked"),
+        }
+        if pair.get("goodput") and best_peer:
+            row.update(
+                peer_goodput=pair["goodput"],
+                peer_failed_on_clean=pair.get("failed"),
+                peer_missed_on_clean=pair.get("skipped_no_match"),
+                peer_cpu_ms_per_linked=pair.get("cpu_ms_per_linked"),
+                goodput_ratio=round(best["goodput"] / pair["goodput"], 2),
+                throughput_ratio=round(best["pdfs_per_s"] / pair["pdfs_per_s"], 2),
+                vs_best_peer=round(best["goodput"] / best_peer["goodput"], 2),
+            )
+            row["met"] = row["goodput_ratio"] >= GOODPUT_TARGET and row["failed_on_clean"] == 0
+            if density == "typical":
+                cpu = row["cpu_ms_per_linked"]
+                row["cpu_met"] = cpu is not None and cpu <= CPU_TARGET_MS
+        out.append(row)
     return out
 
 
 def ratio_lines(rows: list[dict[str, Any]], upload: dict[str, Any] | None) -> str:
-    lines = ["Ratios (target: goodput >= 2x the peer, 0 failed on clean PDFs):"]
+    lines = [
+        f"Ratios (targets: goodput >= {GOODPUT_TARGET:g}x the peer, 0 failed on clean PDFs; on"
+        f" the typical corpus CPU per link <= {CPU_TARGET_MS:g} ms):"
+    ]
     for r in rows:
-        head = f"  {r['files']:>5} PDFs, {r['workers']} worker(s) x {r['extract_processes']}p:"
+        head = (
+            f"  {r['density']:<7} {r['files']:>5} PDFs, {r['workers']} worker(s) x "
+            f"{r['extract_processes']}p:"
+        )
+        if "cpu_met" in r:
+            head += f" [CPU {'MET' if r['cpu_met'] else 'MISSED'}]"
         if "goodput_ratio" in r:
             lines.append(
                 f"{head} goodput {r['goodput']:.1f} vs peer {r['peer_goodput']:.1f} linked/s "

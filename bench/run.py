@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import corpus, report
+from bench.documents import Density
 from bench.peer import run_peer
 from bench.pipeline import Bench, run_config
 from bench.upload_rss import run_upload_rss
@@ -30,6 +31,12 @@ def _ints(text: str) -> list[int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     p.add_argument("--sizes", type=_ints, default=[300, 3000], help="PDFs per batch (300,3000)")
+    p.add_argument(
+        "--densities",
+        type=_densities,
+        default=list(Density),
+        help="corpora: sparse, typical (1-2 dense pages), long (3-5); all by default",
+    )
     p.add_argument("--workers", type=_ints, default=[1, 2], help="worker processes (1,2)")
     p.add_argument(
         "--extract-procs",
@@ -45,6 +52,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--timeout-per-pdf", type=float, default=0.5, help="s per PDF on top of 120 s (0.5)"
     )
     return p.parse_args(argv)
+
+
+def _densities(text: str) -> list[Density]:
+    return [Density(x.strip()) for x in text.split(",") if x.strip()]
 
 
 def procs_for(workers: int, spec: str) -> list[int]:
@@ -77,7 +88,7 @@ def _brief(r: dict[str, Any]) -> str:
 
 
 def paired_runs(
-    bench: Bench, args: argparse.Namespace, n: int, config: tuple[int, int]
+    bench: Bench, args: argparse.Namespace, n: int, config: tuple[int, int], density: Density
 ) -> list[dict[str, Any]]:
     """The peer, then pdfqueue right after it: load on a shared machine drifts, a pair shares it."""
     workers, procs = config
@@ -85,13 +96,25 @@ def paired_runs(
     out = []
     peer: dict[str, Any] = {}
     if not args.skip_peer:
-        peer = _guarded(f"seed peer, {n} PDFs", run_peer, bench, n, args.seed, timeout_s)
-        out.append(report.derive({"system": "seed-node", "files": n, **peer}))
-    what = f"pdfqueue {workers} worker(s) x {procs} parsing processes, {n} PDFs"
-    mine = _guarded(what, run_config, bench, workers, procs, n, seed=args.seed, timeout_s=timeout_s)
+        what = f"seed peer, {n} {density} PDFs"
+        peer = _guarded(what, run_peer, bench, n, args.seed, timeout_s, density)
+        out.append(report.derive({"system": "seed-node", "files": n, "density": density, **peer}))
+    what = f"pdfqueue {workers} worker(s) x {procs} parsing processes, {n} {density} PDFs"
+    mine = _guarded(
+        what,
+        run_config,
+        bench,
+        workers,
+        procs,
+        n,
+        seed=args.seed,
+        timeout_s=timeout_s,
+        density=density,
+    )
     mine = {
         "system": "pdfqueue",
         "files": n,
+        "density": density,
         "workers": workers,
         "extract_processes": procs,
         **mine,
@@ -110,18 +133,22 @@ def main(argv: list[str] | None = None) -> int:
         f"bench {stamp}: logs in {bench.log_dir}, objects under s3://{bench.bucket}/{bench.prefix}"
     )
     asyncio.run(bench.prepare())
-    for n in args.sizes:
-        corpus.corpus(n, args.seed)
-    parse = corpus.parse_cost_ms(corpus.corpus(args.sizes[0], args.seed)[0], args.seed)
-    print(f"pypdf cost per clean PDF, one core: {parse}")
+    parse = {}
+    for density in args.densities:
+        for n in args.sizes:
+            corpus.corpus(n, args.seed, density)
+        planned = corpus.corpus(args.sizes[0], args.seed, density)[0]
+        parse[density.value] = corpus.parse_cost_ms(planned, args.seed, density)
+        print(f"parse cost per clean {density} PDF, one core: {parse[density.value]}")
 
     runs: list[dict[str, Any]] = []
     upload: dict[str, Any] | None = None
     try:
-        for n in args.sizes:
-            for w in args.workers:
-                for p in procs_for(w, args.extract_procs):
-                    runs += paired_runs(bench, args, n, (w, p))
+        for density in args.densities:
+            for n in args.sizes:
+                for w in args.workers:
+                    for p in procs_for(w, args.extract_procs):
+                        runs += paired_runs(bench, args, n, (w, p), density)
         if not args.skip_upload_rss:
             upload = _guarded(
                 f"API RSS, {args.upload_mb} MB upload", run_upload_rss, bench, args.upload_mb
@@ -140,11 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(runs))
     print()
     print(report.ratio_lines(ratio_rows, upload))
-    ceiling = (os.cpu_count() or 1) * 1000 / parse["mean_ms"]
-    print(
-        f"pypdf alone: {parse['mean_ms']} ms CPU per PDF, so parsing caps {ceiling:.0f} PDFs/s "
-        f"on {os.cpu_count()} idle cores"
-    )
+    for density, cost in parse.items():
+        ceiling = (os.cpu_count() or 1) * 1000 / cost["mean_ms"]
+        print(
+            f"{density}: the parser alone takes {cost['mean_ms']} ms CPU per PDF (pypdf "
+            f"{cost['pypdf_mean_ms']}), so parsing caps {ceiling:.0f} PDFs/s on "
+            f"{os.cpu_count()} idle cores"
+        )
     out = {
         "started": stamp,
         "host": {

@@ -206,8 +206,9 @@ class Settings(BaseSettings):
     max_directory_bytes: int = Field(default=32 * 1024**2, ge=0)
     """Largest ZIP central directory, read before any member: 100,000 entries with names of
     ~200 bytes fit, while a directory of millions of empty entries is refused up front."""
-    max_pdf_bytes: int = 100 * 1024**2
-    """Largest uncompressed size of one member."""
+    max_pdf_bytes: int = 16 * 1024**2
+    """Largest uncompressed size of one member: a résumé is well under 1 MiB, 16 MiB leaves
+    room for scans. Members inflate in the parsing process, under its memory limit."""
     max_total_uncompressed_bytes: int = 20 * 1024**3
     """Largest sum of uncompressed member sizes in one ZIP."""
     max_compression_ratio: float = 200.0
@@ -238,7 +239,8 @@ class Settings(BaseSettings):
     cap bounds the work a page of hostile text can cause (the search is linear in it)."""
     extract_memory_bytes: int = 320 * 1024**2
     """Address-space limit of each parsing process, so a decompression bomb fails one file
-    (256 MiB still reads ordinary PDFs; pypdf's own stream limit is 75 MB)."""
+    (256 MiB still reads ordinary PDFs and inflates a member of `PDFQUEUE_MAX_PDF_BYTES`;
+    PDFium aborts its process at the limit, which fails that file as `too_large`)."""
     extract_tasks_per_process: int = 5000
     """Recycle a parsing process after this many PDFs to bound slow leaks (its memory limit
     already bounds a fast one; recycling every 500 cost ~0.8 ms of CPU per PDF)."""

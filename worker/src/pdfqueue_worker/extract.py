@@ -1,4 +1,4 @@
-"""Text extraction with pypdf in a pool of killable processes: never on the event loop."""
+"""Text extraction with PDFium in a pool of killable, capped processes: never on the event loop."""
 
 from __future__ import annotations
 
@@ -7,15 +7,36 @@ import io
 import logging
 import multiprocessing
 import os
+import re
 import resource
+import signal
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_c
 from pebble import ProcessExpired, ProcessPool
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
 from pdfqueue_worker.emails import DEFAULT_MAX_PAGE_CHARS, find_emails
+from pdfqueue_worker.payload import Packed, Uninflatable, inflate
+
+if TYPE_CHECKING:
+    from pdfqueue_worker.archive import Member
+
+Result = tuple[str, list[str], int, bool, int | None]
+"""(error reason or "", emails, pages, has_text, next page or None), from a parsing process."""
+PDF_MAGIC_WINDOW = 1024  # the PDF spec lets junk precede %PDF- within the first KiB
+KEPT_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+"""All a parsing process keeps of the worker's environment: never a password, key or token."""
+_AT = re.compile("[@\ufe6b\uff20]")
+"""@ and the two characters NFKC folds to it (the address scan normalizes with NFKC)."""
+# PDFium does not return allocation failures: at the memory cap it aborts the process, and a
+# SIGABRT is read as `too_large` (pebble replaces the process; nothing else is lost).
+_LOCKED = (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY)
 
 
 class Unreadable(Exception):
@@ -37,18 +58,88 @@ class Extraction:
     every page (up to the limit) was read."""
 
 
-def _limit_memory(max_bytes: int) -> None:
-    """Pool initializer: a decompression bomb hits MemoryError here, not the node's OOM killer."""
+def _prepare(max_bytes: int) -> None:
+    """Pool initializer: a decompression bomb hits MemoryError here, not the node's OOM
+    killer, and code running on hostile input finds no secret in its environment."""
     resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
+    kept = {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT}
+    os.environ.clear()
+    os.environ.update(kept)
     logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
 def read_pdf(
     data: bytes, max_pages: int, start_page: int = 0, max_page_chars: int = DEFAULT_MAX_PAGE_CHARS
-) -> tuple[str, list[str], int, bool, int | None]:
+) -> Result:
     """Runs in a pool process: pages from `start_page` on, up to the first page with an
     address, which is page one for nearly every résumé (reading the rest would double the
-    cost). Returns (error reason or "", emails, pages, has_text, next page or None)."""
+    cost). PDFium's text page costs a third of pypdf's `extract_text` on dense pages."""
+    try:
+        document = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as exc:
+        return _refusal(exc.err_code), [], 0, False, None
+    except MemoryError:
+        return "too_large", [], 0, False, None
+    try:
+        return _read_pages(document, max_pages, start_page, max_page_chars)
+    except MemoryError:
+        return "too_large", [], 0, False, None
+    except Exception:  # any parser failure on hostile input: this file is unreadable
+        return "unreadable", [], 0, False, None
+    finally:
+        document.close()
+
+
+def _refusal(err_code: int | None) -> str:
+    """Why PDFium would not open a document ("" when it opened one without pages)."""
+    if err_code in _LOCKED:
+        return "encrypted"
+    return "" if err_code == pdfium_c.FPDF_ERR_SUCCESS else "unreadable"
+
+
+def _read_pages(
+    document: pdfium.PdfDocument, max_pages: int, start_page: int, max_page_chars: int
+) -> Result:
+    emails: list[str] = []
+    has_text = False
+    pages = len(document)
+    last = min(pages, max_pages)
+    for number in range(start_page, last):
+        page = document[number]
+        try:
+            textpage = page.get_textpage()
+            text = textpage.get_text_range()
+            textpage.close()
+        finally:
+            page.close()
+        has_text = has_text or bool(text.strip())
+        found = find_emails(address_lines(text[:max_page_chars]), max_page_chars)
+        emails.extend(e for e in found if e not in emails)
+        if emails and number + 1 < last:
+            return "", emails, pages, has_text, number + 1
+    return "", emails, pages, has_text, None
+
+
+def address_lines(text: str) -> str:
+    """Only the lines of `text` with an @ (or a look-alike): no address spans a line, and
+    scanning every line of a dense page cost a fifth of reading it."""
+    lines = []
+    end = 0
+    for at in _AT.finditer(text):
+        if at.start() < end:
+            continue  # a second @ on a line already taken
+        start = text.rfind("\n", 0, at.start()) + 1
+        end = text.find("\n", at.start())
+        end = len(text) if end < 0 else end
+        lines.append(text[start:end])
+    return "\n".join(lines)
+
+
+def read_pdf_pypdf(
+    data: bytes, max_pages: int, start_page: int = 0, max_page_chars: int = DEFAULT_MAX_PAGE_CHARS
+) -> Result:
+    """`read_pdf` with pypdf's `extract_text`, the parser before PDFium: kept to compare
+    them (`bench/parse.py`, `bench/hostile.py`, tests) and as a fallback."""
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
@@ -72,8 +163,35 @@ def read_pdf(
     return "", emails, pages, has_text, None
 
 
+def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by position)
+    raw: bytes,
+    packed: Packed,
+    max_pages: int,
+    start_page: int,
+    max_page_chars: int,
+    engine: Callable[..., Result],
+) -> Result:
+    """Runs in a pool process: inflate one ZIP member under this process's memory cap,
+    then read it. `raw` is the member's local header and compressed data."""
+    try:
+        data = inflate(raw, packed)
+    except Uninflatable as exc:
+        return exc.reason, [], 0, False, None
+    if b"%PDF-" not in data[:PDF_MAGIC_WINDOW]:
+        return "not_a_pdf", [], 0, False, None
+    return engine(data, max_pages, start_page, max_page_chars)
+
+
+ENGINES: dict[str, Callable[..., Result]] = {"pdfium": read_pdf, "pypdf": read_pdf_pypdf}
+
+
+def death_reason(exitcode: int | None) -> str:
+    """The per-file reason when the parsing process died on a file."""
+    return "too_large" if exitcode == -signal.SIGABRT else "parser_crashed"
+
+
 def _forkserver() -> multiprocessing.context.ForkServerContext:
-    """A forkserver that has imported pypdf once, so a new parsing process starts warm."""
+    """A forkserver that has imported the parsers once, so a new parsing process starts warm."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])
     return ctx
@@ -91,14 +209,16 @@ class Extractor:
         memory_bytes: int,
         tasks_per_process: int,
         max_page_chars: int = DEFAULT_MAX_PAGE_CHARS,
+        engine: str = "pdfium",
     ) -> None:
         self.timeout_s = timeout_s
         self.max_pages = max_pages
         self.max_page_chars = max_page_chars
+        self.engine = ENGINES[engine]
         self.pool = ProcessPool(
             max_workers=processes or os.cpu_count() or 1,
             max_tasks=tasks_per_process,
-            initializer=_limit_memory,
+            initializer=_prepare,
             initargs=(memory_bytes,),
             # forkserver: forking the event-loop process, with its threads, is unsafe.
             context=_forkserver(),
@@ -106,17 +226,25 @@ class Extractor:
 
     async def extract(self, data: bytes, start_page: int = 0) -> Extraction:
         """Read up to the first page with an address; `start_page` continues from there."""
-        future = self.pool.schedule(
-            read_pdf,
-            args=(data, self.max_pages, start_page, self.max_page_chars),
-            timeout=self.timeout_s,
+        return await self._run(self.engine, data, self.max_pages, start_page, self.max_page_chars)
+
+    async def extract_member(self, raw: bytes, member: Member, start_page: int = 0) -> Extraction:
+        """`extract` for a ZIP member still compressed (`raw`: its local header and data):
+        the parsing process inflates it, so inflated bytes never reach the worker itself."""
+        packed = Packed.of(member)
+        return await self._run(
+            read_member, raw, packed, self.max_pages, start_page, self.max_page_chars, self.engine
         )
+
+    async def _run(self, fn: Callable[..., Result], *args: Any) -> Extraction:
+        future = self.pool.schedule(fn, args=args, timeout=self.timeout_s)
         try:
             reason, emails, pages, has_text, next_page = await asyncio.wrap_future(future)
         except FutureTimeout as exc:
             raise Unreadable("timeout", f"parsing took over {self.timeout_s:g}s") from exc
         except ProcessExpired as exc:
-            raise Unreadable("parser_crashed", f"the parser process died ({exc.exitcode})") from exc
+            reason = death_reason(exc.exitcode)
+            raise Unreadable(reason, f"the parser process died ({exc.exitcode})") from exc
         except asyncio.CancelledError:
             future.cancel()  # pebble kills the process running a cancelled task
             raise

@@ -23,23 +23,25 @@ from pdfqueue.observe import observed_job, stage
 from pdfqueue.queue import Job, enqueue_chunked
 from pdfqueue_worker.archive import (
     Member,
-    MemberRejected,
-    decode_members,
     list_members,
     member_span,
     plan_slices,
 )
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extraction, Unreadable
+from pdfqueue_worker.payload import Packed, cut, inflate
 from pdfqueue_worker.record import Decision, failed, record, restore
 
 log = logging.getLogger(__name__)
 NO_MATCH = Outcome.SKIPPED_NO_MATCH
-PDF_MAGIC_WINDOW = 1024  # the PDF spec lets junk precede %PDF- within the first KiB
 RECORD_RESERVE_S = 4.0
 """Of a job's deadline, what is kept for matching, storing, claiming and recording."""
 SLICE_MAX_SPAN_BYTES = 16 * 1024**2
 """Most bytes one process job reads at once (more only for a single member that big)."""
+LINK_INFLATED_BYTES = 16 * 1024**2
+"""Most inflated bytes one job holds at once while storing its linked PDFs (more only for a
+single member that big): the worker inflates a member only to store it, parsing processes
+inflate what they read under their own memory cap."""
 
 Task = Callable[..., Awaitable[Any]]
 
@@ -211,35 +213,52 @@ async def _process(
 ) -> dict[FileRef, Decision]:
     """Decide an outcome for each file, in steps that each serve the whole run at once.
 
-    Read: one ranged GET. Extract: every PDF in the parsing pool, up to its first page with
-    an address. Match: one query for all those addresses; a file whose addresses are nobody's
-    reads on and matches again. Then each file that found a user is stored and claimed. The
-    claim is the only write besides the recording. Files not parsed by `parse_until` are
-    left out.
+    Read: one ranged GET, still compressed. Extract: every PDF in the parsing pool, which
+    inflates it under its memory cap, up to its first page with an address. Match: one query
+    for all those addresses; a file whose addresses are nobody's reads on and matches again.
+    Then each file that found a user is inflated, stored and claimed. The claim is the only
+    write besides the recording. Files not parsed by `parse_until` are left out.
     """
-    decided: dict[FileRef, Decision] = {}
-    pdfs: dict[FileRef, bytes] = {}
     with stage("read"):
-        data = await deps.storage.read_range(source, *member_span(members))
-        # decompressing runs off the event loop; a long local header may read a little more
-        read = await deps.storage.run(decode_members, deps.storage.backend, source, members, data)
-    for m, content in zip(members, read, strict=True):
-        ref = _ref(batch_id, m)
-        if isinstance(content, MemberRejected):
-            decided[ref] = failed(content.reason)
-        elif b"%PDF-" not in content[:PDF_MAGIC_WINDOW]:
-            decided[ref] = failed("not_a_pdf")
-        else:
-            pdfs[ref] = content
-    matched, unmatched = await _match(deps, pdfs, parse_until)
-    decided.update(unmatched)
-    linked = [_link(deps, ref, user, pdfs[ref]) for ref, user in matched.items()]
-    decided.update(await asyncio.gather(*linked))
+        pdfs = await _read(deps, batch_id, source, members)
+    matched, decided = await _match(deps, pdfs, parse_until)
+    for wave in _waves(matched, {ref: m.size for ref, (m, _) in pdfs.items()}):
+        linked = [_link(deps, ref, matched[ref], *pdfs[ref]) for ref in wave]
+        decided.update(await asyncio.gather(*linked))
     return decided
 
 
+async def _read(
+    deps: Deps, batch_id: str, source: str, members: list[Member]
+) -> dict[FileRef, tuple[Member, bytes]]:
+    """Each member's compressed bytes, from one ranged read (a long local header reads a
+    little more)."""
+    start, length = member_span(members)
+    data = await deps.storage.read_range(source, start, length)
+    out: dict[FileRef, tuple[Member, bytes]] = {}
+    for m in members:
+        raw, more = cut(data, start, m)
+        if more and len(data) == length:  # a short read means the object ends there
+            raw += await deps.storage.read_range(source, m.offset + len(raw), more)
+        out[_ref(batch_id, m)] = (m, raw)
+    return out
+
+
+def _waves(matched: dict[FileRef, UserRow], sizes: dict[FileRef, int]) -> list[list[FileRef]]:
+    """The linked files in groups of at most LINK_INFLATED_BYTES, stored one group at a time."""
+    waves: list[list[FileRef]] = []
+    held = 0
+    for ref in matched:
+        if not waves or held + sizes[ref] > LINK_INFLATED_BYTES:
+            waves.append([])
+            held = 0
+        waves[-1].append(ref)
+        held += sizes[ref]
+    return waves
+
+
 async def _match(
-    deps: Deps, pdfs: dict[FileRef, bytes], parse_until: float
+    deps: Deps, pdfs: dict[FileRef, tuple[Member, bytes]], parse_until: float
 ) -> tuple[dict[FileRef, UserRow], dict[FileRef, Decision]]:
     """Each PDF's user: the first address in reading order that is a user's; else why not.
 
@@ -291,12 +310,15 @@ def _no_address(result: Extraction | Unreadable, *, read_on: bool) -> Decision:
 
 
 async def _extract_all(
-    deps: Deps, pdfs: dict[FileRef, bytes], page: dict[FileRef, int], until: float
+    deps: Deps,
+    pdfs: dict[FileRef, tuple[Member, bytes]],
+    page: dict[FileRef, int],
+    until: float,
 ) -> dict[FileRef, Extraction | Unreadable]:
     """Parse the PDFs in `page`, each from its page there, all at once in the pool; those
     not done by `until` are left out."""
     tasks = {
-        asyncio.create_task(deps.extractor.extract(pdfs[ref], start)): ref
+        asyncio.create_task(deps.extractor.extract_member(pdfs[ref][1], pdfs[ref][0], start)): ref
         for ref, start in page.items()
     }
     try:
@@ -314,8 +336,12 @@ async def _extract_all(
     return out
 
 
-async def _link(deps: Deps, ref: FileRef, user: UserRow, data: bytes) -> tuple[FileRef, Decision]:
+async def _link(
+    deps: Deps, ref: FileRef, user: UserRow, member: Member, raw: bytes
+) -> tuple[FileRef, Decision]:
     """Store the PDF under its content-addressed key and claim the user for it."""
+    # parsed already, so it inflates; off the event loop
+    data = await deps.storage.run(inflate, raw, Packed.of(member))
     sha256 = hashlib.sha256(data).hexdigest()
     key = f"pdfs/{user.id}/{sha256}.pdf"
     if user.pdf_url is not None:

@@ -1,0 +1,82 @@
+"""A member's compressed bytes, cut from a job's ranged read, and their inflation anywhere.
+
+Parsing processes import this (the forkserver preloads it): it must stay light, so it uses
+the standard library only and never imports `archive` (which pulls in the S3 client).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pdfqueue_worker.archive import Member
+
+_HEADER = struct.Struct(zipfile.structFileHeader)
+
+
+class Uninflatable(Exception):
+    """This member cannot be inflated; `reason` is the per-file reason in the report."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Packed:
+    """What inflating one member needs, as the central directory declares it."""
+
+    name: str
+    size: int
+    compressed_size: int
+    method: int
+    crc: int
+
+    @classmethod
+    def of(cls, m: Member) -> Packed:
+        return cls(m.name, m.size, m.compressed_size, m.method, m.crc)
+
+
+def cut(data: bytes, start: int, member: Member) -> tuple[bytes, int]:
+    """The member's local header and compressed data out of `data` (read from `start`),
+    and how many more bytes it needs past what `data` holds (a local header may be long)."""
+    lo = member.offset - start
+    raw = data[lo : lo + member.end - member.offset]
+    if len(raw) < _HEADER.size or raw[:4] != zipfile.stringFileHeader:
+        return raw, 0  # inflating it will say what is wrong
+    return raw, max(_data_start(raw) + member.compressed_size - len(raw), 0)
+
+
+def _data_start(raw: bytes) -> int:
+    fields = _HEADER.unpack(raw[: _HEADER.size])
+    name, extra = fields[zipfile._FH_FILENAME_LENGTH], fields[zipfile._FH_EXTRA_FIELD_LENGTH]
+    return _HEADER.size + name + extra
+
+
+def inflate(raw: bytes, packed: Packed) -> bytes:
+    """The member's bytes, checked against its size and CRC, from its local header and
+    compressed data: never more than its declared size (at most PDFQUEUE_MAX_PDF_BYTES),
+    and `too_large` when memory runs out first."""
+    if len(raw) < _HEADER.size or raw[:4] != zipfile.stringFileHeader:
+        raise Uninflatable("corrupt_member", f"{packed.name!r}: no local header at its offset")
+    start = _data_start(raw)
+    body = raw[start : start + packed.compressed_size]
+    if len(body) < packed.compressed_size:
+        raise Uninflatable("corrupt_member", f"{packed.name!r}: the archive ends inside it")
+    info = zipfile.ZipInfo(packed.name)
+    info.compress_type, info.compress_size = packed.method, packed.compressed_size
+    info.file_size, info.CRC = packed.size, packed.crc
+    try:
+        with zipfile.ZipExtFile(io.BytesIO(body), "r", info) as fh:
+            data = fh.read(packed.size + 1)
+    except MemoryError as exc:
+        raise Uninflatable("too_large", f"{packed.name!r} does not fit in memory") from exc
+    except Exception as exc:  # BadZipFile (CRC), zlib.error, EOFError: a damaged member
+        raise Uninflatable("corrupt_member", f"{packed.name!r}: {exc}") from exc
+    if len(data) != packed.size:
+        raise Uninflatable("corrupt_member", f"{packed.name!r}: size differs from the directory")
+    return data
