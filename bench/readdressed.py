@@ -38,7 +38,7 @@ DOMAIN = "@example.com"
 def _render_plain(f: SampleFile, seed: int) -> bytes:
     """`samples.render_pdf` for a clean file, with the page content left uncompressed."""
     index = int(f.name.removeprefix("resumes/")[:5])
-    pdf = _doc(f, random.Random(seed + index))  # noqa: S311 - reproducible, not crypto
+    pdf = _doc(f, random.Random(seed + index))
     pdf.set_compression(False)
     return bytes(pdf.output())
 
