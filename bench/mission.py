@@ -175,8 +175,9 @@ def measure(dep: Deployment, path: Path, n: int, args: argparse.Namespace) -> di
     finally:
         sampler.stop()
         peak.stop()
+    after = {"redis": stores.redis_counters(r)}  # before idle polls add to it
     stores.settle_stats()
-    after = stores.snapshot(r, bench.database_url)
+    after["postgres"] = stores.pg_counters(bench.database_url)
     stages = _stage_means(metrics_before, [_metrics(p) for p in dep.metrics_ports])
     batch_id = run["batch_id"] = bench.batches[-1]
     lifetimes = key_lifetimes(r, batch_id)
