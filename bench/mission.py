@@ -56,11 +56,14 @@ def load_corpus(name: str, n: int, seed: int) -> tuple[Corpus, Path]:
     return corpus.corpus(n, seed, Density(name))  # type: ignore[call-arg]
 
 
-def follow(dep: Deployment, path: Path, timeout_s: float, every_s: float) -> dict[str, Any]:
+def follow(
+    dep: Deployment, sampler: Sampler, path: Path, timeout_s: float, every_s: float
+) -> dict[str, Any]:
     """Upload, then read the status every `every_s` until terminal, timing each read."""
     t0, epoch0 = time.monotonic(), time.time()
     batch_id = dep.client.upload(path)["batch_id"]
     uploaded = time.monotonic() - t0
+    api_uploaded = sampler.groups["api"].peak_rss
     dep.bench.batches.append(batch_id)
     reads: list[float] = []
     status: dict[str, Any] = {"status": "?"}
@@ -78,6 +81,7 @@ def follow(dep: Deployment, path: Path, timeout_s: float, every_s: float) -> dic
         **status,
         "seconds": round(time.monotonic() - t0, 2),
         "upload_s": round(uploaded, 2),
+        "api_peak_rss_mb_by_upload_end": round(api_uploaded / MB, 1),
         "epoch0": epoch0,
         "status_reads": {
             "count": len(reads),
@@ -171,7 +175,7 @@ def measure(dep: Deployment, path: Path, n: int, args: argparse.Namespace) -> di
     sampler = dep.sampler(0.5).start()
     peak = stores.MemoryPeak(bench.env["PDFQUEUE_REDIS_URL"]).start()
     try:
-        run = follow(dep, path, 300 + args.timeout_per_pdf * n, args.status_every_s)
+        run = follow(dep, sampler, path, 300 + args.timeout_per_pdf * n, args.status_every_s)
     finally:
         sampler.stop()
         peak.stop()
