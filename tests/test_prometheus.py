@@ -67,8 +67,16 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         value = getattr(settings, name)
         if field.validation_alias is not None or value is None:
             continue
+        if value == field.get_default(call_default_factory=True):
+            continue  # the other process has the same default
         if name == "api_tokens":
             value = ",".join(f"{tenant}:{token}" for token, tenant in value.items())
+        elif name == "operator_namespace_tenants":
+            value = ",".join(f"{ns}:{tenant}" for ns, tenant in value.items())
+        elif isinstance(value, set | frozenset | list | tuple):
+            value = ",".join(sorted(str(v) for v in value))
+        elif isinstance(value, dict):
+            value = json.dumps({k: v.model_dump(exclude_none=True) for k, v in value.items()})
         env[f"PDFQUEUE_{name.upper()}"] = str(value)
     env.update(extra)
     return env

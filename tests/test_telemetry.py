@@ -217,7 +217,7 @@ async def test_a_callers_traceparent_is_continued(
 ) -> None:
     caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736"
     response = await api.get(
-        "/v1/batches/0123456789abcdef",
+        "/v1/batches/0123456789abcdef0123456789abcdef",
         headers={"traceparent": f"00-{caller_trace}-00f067aa0ba902b7-01"},
     )
     assert response.status_code == 404
@@ -225,7 +225,7 @@ async def test_a_callers_traceparent_is_continued(
     assert trace.format_trace_id(server.context.trace_id) == caller_trace
     assert server.attributes is not None
     assert server.attributes["http.route"] == "/v1/batches/{batch_id}"
-    assert server.attributes[BATCH_ID] == "0123456789abcdef"
+    assert server.attributes[BATCH_ID] == "0123456789abcdef0123456789abcdef"
 
 
 def test_errors_are_recorded_without_addresses(spans: InMemorySpanExporter) -> None:
