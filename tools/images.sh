@@ -187,8 +187,17 @@ EOF
 APP_INPUTS=(uv.lock pyproject.toml core/pyproject.toml api/pyproject.toml worker/pyproject.toml
   operator/pyproject.toml core/src api/src worker/src operator/src .dockerignore)
 
+# app_context DIR: the build context as .dockerignore lets it through, copied to DIR, so buildah
+# never walks the work tree (.venv, .state with a node's containerd store).
+app_context() {
+  local dir=$1
+  rm -rf "$dir"; mkdir -p "$dir"
+  (cd "$ROOT" && find "${APP_INPUTS[@]}" Dockerfile.api Dockerfile.worker -type f \
+    ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | xargs -0 cp --parents -t "$dir")
+}
+
 build_app() {
-  local inputs rev api_h worker_h
+  local inputs rev api_h worker_h ctx="$OUT/ctx/app"
   inputs="$RECIPE_VERSION $PYTHON_REF $UV_REF $(h_files "${APP_INPUTS[@]}")"
   api_h="$(h_str "$inputs $(h_files Dockerfile.api)")"
   worker_h="$(h_str "$inputs $(h_files Dockerfile.worker)")"
@@ -198,9 +207,12 @@ build_app() {
   API_REF="localhost/pdfqueue-api:$api_h"
   WORKER_REF="localhost/pdfqueue-worker:$worker_h"
   OPERATOR_REF="localhost/pdfqueue-operator:$worker_h"
-  bud api "$API_REF" "$ROOT" "$ROOT/Dockerfile.api" "${args[@]}"
-  bud worker "$WORKER_REF" "$ROOT" "$ROOT/Dockerfile.worker" "${args[@]}"
-  bud operator "$OPERATOR_REF" "$ROOT" "$ROOT/Dockerfile.worker" "${args[@]}" --target operator
+  if ! have_image "$API_REF" || ! have_image "$WORKER_REF" || ! have_image "$OPERATOR_REF"; then
+    app_context "$ctx"
+  fi
+  bud api "$API_REF" "$ctx" "$ctx/Dockerfile.api" "${args[@]}"
+  bud worker "$WORKER_REF" "$ctx" "$ctx/Dockerfile.worker" "${args[@]}"
+  bud operator "$OPERATOR_REF" "$ctx" "$ctx/Dockerfile.worker" "${args[@]}" --target operator
 }
 
 # ---- the bundled services and the helm-test pod -----------------------------------------------

@@ -46,8 +46,9 @@ usage() { echo "usage: $0 up DIR [--real-node] | down DIR | env DIR | node-check
 
 # ---------------------------------------------------------------------------
 ensure_binaries() {
-  local b missing=0
-  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok; do
+  local b missing=0 need=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  [ "$REAL" = 1 ] || need+=(kwok)   # the real node needs no kwok
+  for b in "${need[@]}"; do
     [ -x "$BIN/$b" ] || missing=1
   done
   if [ "$missing" = 1 ]; then
