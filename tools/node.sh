@@ -20,6 +20,7 @@ POD_SUBNET="${PDFQUEUE_POD_SUBNET:-10.244.0.0/24}"
 NODE_IP="${PDFQUEUE_NODE_IP:-10.244.0.1}"
 POD_PREFIX="${POD_SUBNET#*/}"
 KUBELET_PORT="${PDFQUEUE_KUBELET_PORT:-10250}"
+PROXY_HEALTHZ_PORT="${PDFQUEUE_KUBE_PROXY_PORT:-10256}"   # and +1 for its metrics
 NODE_NAME="$(hostname | tr '[:upper:]' '[:lower:]')"
 PV_COUNT="${PDFQUEUE_NODE_PVS:-8}"
 OWNER_FILE=/run/pdfqueue-real-node.owner
@@ -107,7 +108,10 @@ node_network_up() {
   if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link add "$BRIDGE" type bridge || node_die "cannot create bridge $BRIDGE (kernel module 'bridge')"
   fi
-  ip addr show dev "$BRIDGE" | grep -q "inet $NODE_IP/" || ip addr add "$NODE_IP/$POD_PREFIX" dev "$BRIDGE"
+  case "$(ip -o addr show dev "$BRIDGE")" in
+    *"inet $NODE_IP/"*) ;;
+    *) ip addr add "$NODE_IP/$POD_PREFIX" dev "$BRIDGE" ;;
+  esac
   ip link set "$BRIDGE" up
   # Guards first, before anything can forward.
   iptables -N PDFQ-FWD 2>/dev/null || iptables -F PDFQ-FWD
@@ -282,9 +286,9 @@ clientConnection: {kubeconfig: $DIR/kube-proxy.kubeconfig}
 clusterCIDR: $POD_SUBNET
 detectLocalMode: ClusterCIDR
 bindAddress: 127.0.0.1
-# Port 0: no healthz or metrics listener at all.
-healthzBindAddress: "127.0.0.1:0"
-metricsBindAddress: "127.0.0.1:0"
+# Loopback only.
+healthzBindAddress: "127.0.0.1:$PROXY_HEALTHZ_PORT"
+metricsBindAddress: "127.0.0.1:$((PROXY_HEALTHZ_PORT + 1))"
 nodePortAddresses: ["$NODE_IP/32"]
 # Leave the host's conntrack sysctls alone.
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
@@ -307,6 +311,8 @@ write_corefile() {
 }
 EOF
 }
+
+proxy_ready() { curl -fsS -m 2 "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz"; }
 
 dns_ready() {
   # kubernetes.default resolves to the kubernetes Service's ClusterIP.
@@ -389,6 +395,7 @@ node_up() {
   wait_until "node $NODE_NAME Ready" kubelet node_ready
   write_proxy_config
   start kube-proxy "$BIN/kube-proxy" --config "$DIR/kube-proxy/config.yaml"
+  wait_until "kube-proxy healthz on 127.0.0.1:$PROXY_HEALTHZ_PORT" kube-proxy proxy_ready
   write_corefile
   start coredns "$BIN/coredns" -conf "$DIR/coredns/Corefile" -dns.port 53
   wait_until "cluster DNS on $NODE_IP:53 (kubernetes.default through CoreDNS)" coredns dns_ready
