@@ -133,6 +133,12 @@ node_network_down() {
   iptables -D FORWARD -j PDFQ-FWD 2>/dev/null || true
   iptables -F PDFQ-FWD 2>/dev/null && iptables -X PDFQ-FWD 2>/dev/null || true
   iptables -D INPUT -j PDFQ-IN 2>/dev/null || true
+  # The kubelet's canary chains (it recreates them while it runs).
+  local t
+  for t in mangle nat filter; do
+    iptables -t "$t" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+    ip6tables -t "$t" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+  done
   iptables -F PDFQ-IN 2>/dev/null && iptables -X PDFQ-IN 2>/dev/null || true
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link del "$BRIDGE" && say "bridge $BRIDGE removed"
