@@ -288,9 +288,11 @@ def test_every_pod_is_ready_by_its_probes_as_the_charts_users(release: PodsDrive
 
 def test_the_scenario_through_the_api_service(release: PodsDriver) -> None:
     seen = run_scenario(release, release.workdir, files=120, settle_s=300, batch_s=600)
+    # the Deployment starts with one worker until the operator's first scale-down; from the
+    # idle zero on: up for the batch, then back to zero
     counts = [n for _, n in seen.replicas]
-    assert counts[0] == 0, counts
-    assert max(counts) >= 1, counts
+    idle = counts.index(0)
+    assert max(counts[idle:]) >= 1, counts
     assert counts[-1] == 0, counts
 
 
