@@ -296,18 +296,23 @@ def test_the_scenario_through_the_api_service(release: PodsDriver) -> None:
     assert counts[-1] == 0, counts
 
 
-def _upload(release: PodsDriver, files: int, seed: int) -> tuple[httpx.Client, str, dict[str, int]]:
+def _client(release: PodsDriver) -> httpx.Client:
+    return httpx.Client(
+        base_url=release.api_url, timeout=60, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+
+
+def _upload(
+    release: PodsDriver, client: httpx.Client, files: int, seed: int
+) -> tuple[str, dict[str, int]]:
     corpus = build_corpus(files, seed=seed)
     asyncio.run(_seed(release.database_url(), corpus.users, release.users_table))
     archive = write_zip(corpus, release.workdir / f"batch-{seed}.zip", seed=seed)
-    client = httpx.Client(
-        base_url=release.api_url, timeout=60, headers={"Authorization": f"Bearer {TOKEN}"}
-    )
     created = client.post(
         "/v1/batches", content=archive.read_bytes(), headers={"Content-Type": "application/zip"}
     )
     assert created.status_code == 202, created.text
-    return client, created.json()["batch_id"], corpus.counts()
+    return created.json()["batch_id"], corpus.counts()
 
 
 def _finish(
@@ -337,8 +342,8 @@ def _wait_running_workers(release: PodsDriver) -> list[dict[str, Any]]:
 
 def test_a_worker_pod_deleted_mid_batch_drains_and_nothing_is_lost(release: PodsDriver) -> None:
     files = 300
-    client, batch_id, expected = _upload(release, files, seed=11)
-    with client:
+    with _client(release) as client:
+        batch_id, expected = _upload(release, client, files, seed=11)
         victim = _wait_running_workers(release)[0]
         name = victim["metadata"]["name"]
         grace = victim["spec"]["terminationGracePeriodSeconds"]
@@ -359,8 +364,8 @@ def test_a_worker_pod_deleted_mid_batch_drains_and_nothing_is_lost(release: Pods
 
 def test_the_redis_pod_deleted_mid_batch_comes_back_from_its_aof(release: PodsDriver) -> None:
     files = 200
-    client, batch_id, expected = _upload(release, files, seed=13)
-    with client:
+    with _client(release) as client:
+        batch_id, expected = _upload(release, client, files, seed=13)
         _wait_running_workers(release)
         before = release.pods("redis")[0]
         release.kubectl("delete", "pod", before["metadata"]["name"], "--wait=true", timeout=180)
@@ -383,8 +388,8 @@ def test_the_redis_pod_deleted_mid_batch_comes_back_from_its_aof(release: PodsDr
 
 def test_helm_upgrade_rolls_every_pod_mid_batch_and_loses_no_file(release: PodsDriver) -> None:
     files = 200
-    client, batch_id, expected = _upload(release, files, seed=17)
-    with client:
+    with _client(release) as client:
+        batch_id, expected = _upload(release, client, files, seed=17)
         _wait_running_workers(release)
         old = {p["metadata"]["uid"] for c in ("api", "operator") for p in release.pods(c)}
         # a config value: the ConfigMap's checksum rolls the API, operator and worker pods
@@ -414,6 +419,8 @@ def test_helm_test_passes(release: PodsDriver) -> None:
 
 def test_helm_uninstall_leaves_only_the_pvcs(release: PodsDriver) -> None:
     release.helm("uninstall", RELEASE, "--wait", "--timeout", "5m")
+    # the pods go after their owners, through the garbage collector
+    release.kubectl("wait", "--for=delete", "pods", "--all", "--timeout=180s", timeout=200)
     left = release.get("all,configmaps,secrets,serviceaccounts,roles,rolebindings,pvc")["items"]
     kinds = sorted(
         {
