@@ -133,11 +133,18 @@ node_network_down() {
   iptables -D FORWARD -j PDFQ-FWD 2>/dev/null || true
   iptables -F PDFQ-FWD 2>/dev/null && iptables -X PDFQ-FWD 2>/dev/null || true
   iptables -D INPUT -j PDFQ-IN 2>/dev/null || true
-  # The kubelet's canary chains (it recreates them while it runs).
-  local t
-  for t in mangle nat filter; do
-    iptables -t "$t" -X KUBE-KUBELET-CANARY 2>/dev/null || true
-    ip6tables -t "$t" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+  # The kubelet's own chains: its canaries, the iptables hint, and KUBE-FIREWALL (it drops
+  # non-loopback packets to 127.0.0.0/8) with its jumps from INPUT and OUTPUT.
+  local t ipt c
+  for ipt in iptables ip6tables; do
+    for c in INPUT OUTPUT; do
+      while "$ipt" -D "$c" -j KUBE-FIREWALL 2>/dev/null; do :; done
+    done
+    "$ipt" -F KUBE-FIREWALL 2>/dev/null && "$ipt" -X KUBE-FIREWALL 2>/dev/null
+    for t in mangle nat filter; do
+      "$ipt" -t "$t" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+      "$ipt" -t "$t" -X KUBE-IPTABLES-HINT 2>/dev/null || true
+    done
   done
   iptables -F PDFQ-IN 2>/dev/null && iptables -X PDFQ-IN 2>/dev/null || true
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
