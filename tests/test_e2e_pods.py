@@ -319,10 +319,14 @@ def _finish(
     release: PodsDriver, client: httpx.Client, batch_id: str, expected: dict[str, int], files: int
 ) -> None:
     def finished() -> dict[str, Any] | None:
+        # while Redis or the API restarts, the API may answer 503 or not at all: ask again
         try:
-            status: dict[str, Any] = client.get(f"/v1/batches/{batch_id}").json()
-        except (httpx.HTTPError, ValueError):
+            response = client.get(f"/v1/batches/{batch_id}")
+        except httpx.HTTPError:
             return None
+        if response.status_code != 200:
+            return None
+        status: dict[str, Any] = response.json()
         return status if status["status"] in TERMINAL else None
 
     final = wait_until(f"batch {batch_id} to finish", finished, release, 600, 1.0)
@@ -405,7 +409,13 @@ def test_helm_upgrade_rolls_every_pod_mid_batch_and_loses_no_file(release: PodsD
             "10m",
         )
         _finish(release, client, batch_id, expected, files)
-    new = [p for c in ("api", "operator") for p in release.pods(c)]
+    # the replaced pods may still be terminating when helm's --wait is satisfied
+    new = [
+        p
+        for c in ("api", "operator")
+        for p in release.pods(c)
+        if not p["metadata"].get("deletionTimestamp")
+    ]
     assert all(_ready(p) for p in new), [p["status"] for p in new]
     assert not old & {p["metadata"]["uid"] for p in new}, "every API and operator pod replaced"
     config = release.get("configmap", f"{RELEASE}-config")["data"]
