@@ -6,6 +6,15 @@ Messages name the value, never its content: tokens must not reach a CI log.
 {{- define "pdfqueue.validateValues" -}}
 {{- include "pdfqueue.validateAuth" . }}
 {{- include "pdfqueue.worker.terminationGracePeriodSeconds" . | substr 0 0 }}
+{{- include "pdfqueue.validateSourcePrefix" . }}
+{{- end }}
+
+{{/* A PdfBatch manifest must never name an upload or a linked PDF (the schema checks the form). */}}
+{{- define "pdfqueue.validateSourcePrefix" -}}
+{{- $first := .Values.operator.sourcePrefix | trimAll "/" | splitList "/" | first }}
+{{- if has $first (list "uploads" "pdfs") }}
+{{- fail (printf "operator.sourcePrefix %q must be a folder other than uploads/ and pdfs/" .Values.operator.sourcePrefix) }}
+{{- end }}
 {{- end }}
 
 {{/* The API fails closed: tokens or an explicit, unexposed anonymous mode. */}}
