@@ -163,6 +163,13 @@ def test_schema_covers_every_value_and_nothing_else() -> None:
         (["--set", "operator.namespaceTenants.team-a=acme:x"], "/operator/namespaceTenants/team-a"),
         (["--set", "operator.namespaceTenants.team-a="], "/operator/namespaceTenants/team-a"),
         (["--set", "operator.sourcePrefix=../x"], "/operator/sourcePrefix"),
+        (
+            [
+                *("--namespace", "pdfqueue", "--set", "api.createPdfBatches=true"),
+                *("--set", "operator.namespaceTenants.pdfqueue=acme"),
+            ],
+            "maps the release namespace pdfqueue to acme",
+        ),
         (["--set", "operator.sourcePrefix=/uploads/x"], "must be a folder other than uploads/"),
         (["--set", "operator.sourcePrefix=pdfs"], "must be a folder other than uploads/"),
         (
@@ -386,6 +393,13 @@ def test_tenancy_and_quota_values_reach_the_containers_that_read_them() -> None:
         uploads_per_minute=7, bytes_per_day=107374182400, concurrent_batches=0
     )
     operator = _settings_of(rendered, "operator")
+    trusting = render(  # the API's namespace may be listed, as "*"
+        "external", "--set", "operator.namespaceTenants.pdfqueue=*", namespace="pdfqueue"
+    )
+    assert (
+        trusting.one("ConfigMap", "-config")["data"]["PDFQUEUE_OPERATOR_NAMESPACE_TENANTS"]
+        == "pdfqueue:*"
+    )
     assert operator.operator_namespace_tenants == {"intake": "*", "team-b": "beta"}
     assert operator.operator_source_prefix == "manifests/in/"
     # the values change the ConfigMap only: the tokens stay in their Secret, unchanged
