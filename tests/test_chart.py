@@ -276,18 +276,35 @@ def _settings_from_env(env: dict[str, str]) -> Settings:
         return Settings()
 
 
-def test_env_is_made_of_real_settings_and_parses() -> None:
+TOKENS_FILE = "/run/secrets/pdfqueue/api-tokens"
+
+
+def _pdfqueue_env(
+    rendered: Rendered, workload: dict[str, Any], container: str, files: Path
+) -> dict[str, str]:
+    """A container's PDFQUEUE_* variables, its mounted tokens file copied under `files`. Values
+    held in Secrets the chart only refers to (existingSecret) are unknown here: left out."""
+    env = rendered.container_env(workload, container, namespace="pdfqueue", existing_ok=True)
+    ours = {k: v for k, v in env.items() if k.startswith("PDFQUEUE_")}
+    if "PDFQUEUE_API_TOKENS_FILE" in ours:
+        tokens = rendered.mounted_secret(workload, container, TOKENS_FILE, existing_ok=True)
+        copy = files / f"{workload['metadata']['name']}-{container}-tokens"
+        copy.write_text(tokens)
+        ours["PDFQUEUE_API_TOKENS_FILE"] = str(copy)
+        if tokens.startswith("<existing "):
+            del ours["PDFQUEUE_API_TOKENS_FILE"]
+    return {k: v for k, v in ours.items() if not v.startswith("<existing ")}
+
+
+def test_env_is_made_of_real_settings_and_parses(tmp_path: Path) -> None:
     """Every PDFQUEUE_* variable the chart sets is a Settings field, and Settings accepts them."""
     known = {f"PDFQUEUE_{name.upper()}" for name in Settings.model_fields}
     for variant in VARIANTS:
         rendered = render(variant)
         for obj in rendered.all("Deployment"):
             for c in obj["spec"]["template"]["spec"]["containers"]:
-                env = rendered.container_env(obj, c["name"], namespace="pdfqueue", existing_ok=True)
-                ours = {k: v for k, v in env.items() if k.startswith("PDFQUEUE_")}
+                ours = _pdfqueue_env(rendered, obj, c["name"], tmp_path)
                 assert set(ours) <= known, (variant, c["name"], sorted(set(ours) - known))
-                # values held in Secrets the chart only refers to (existingSecret) are unknown here
-                ours = {k: v for k, v in ours.items() if not v.startswith("<existing ")}
                 settings = _settings_from_env(ours)
                 settings.check_shutdown_rule()
                 assert settings.storage_url.startswith("s3://")
@@ -365,22 +382,22 @@ def _env_of(rendered: Rendered, component: str) -> dict[str, str]:
     return rendered.container_env(rendered.one("Deployment", f"-{component}"), component)
 
 
-def _settings_of(rendered: Rendered, component: str) -> Settings:
-    env = _env_of(rendered, component)
-    return _settings_from_env({k: v for k, v in env.items() if k.startswith("PDFQUEUE_")})
+def _settings_of(rendered: Rendered, component: str, files: Path) -> Settings:
+    workload = rendered.one("Deployment", f"-{component}")
+    return _settings_from_env(_pdfqueue_env(rendered, workload, component, files))
 
 
-def test_tenancy_and_quota_values_reach_the_containers_that_read_them() -> None:
+def test_tenancy_and_quota_values_reach_the_containers_that_read_them(tmp_path: Path) -> None:
     args = [a for value in TENANCY for a in ("--set", value)]
     rendered = render("default", *args)
     for value, (components, name, expected) in TENANCY.items():
         for component in components:
             assert _env_of(rendered, component)[name] == expected, (value, component)
-    worker = _settings_of(rendered, "worker")
+    worker = _settings_of(rendered, "worker", tmp_path)
     assert worker.users_tenant_column == "tenant_id"
     assert worker.extract_max_page_chars == 20000
     assert worker.max_directory_bytes == 1048576
-    api = _settings_of(rendered, "api")
+    api = _settings_of(rendered, "api", tmp_path)
     assert api.max_directory_bytes == 1048576
     assert api.trusted_tenants == {"acme", "ops.team"}
     assert api.quota_for("acme") == Quota(
@@ -392,7 +409,7 @@ def test_tenancy_and_quota_values_reach_the_containers_that_read_them() -> None:
     assert api.quota_for("other") == Quota(
         uploads_per_minute=7, bytes_per_day=107374182400, concurrent_batches=0
     )
-    operator = _settings_of(rendered, "operator")
+    operator = _settings_of(rendered, "operator", tmp_path)
     trusting = render(  # the API's namespace may be listed, as "*"
         "external", "--set", "operator.namespaceTenants.pdfqueue=*", namespace="pdfqueue"
     )
@@ -405,18 +422,16 @@ def test_tenancy_and_quota_values_reach_the_containers_that_read_them() -> None:
     # the values change the ConfigMap only: the tokens stay in their Secret, unchanged
     assert not any("TOKEN" in k for k in rendered.one("ConfigMap", "-config")["data"])
     plain = render("default")
-    assert (
-        _env_of(plain, "api")["PDFQUEUE_API_TOKENS"]
-        == (_env_of(rendered, "api")["PDFQUEUE_API_TOKENS"])
-    )
+    assert api.api_tokens  # read from the mounted file
+    assert api.api_tokens == _settings_of(plain, "api", tmp_path).api_tokens
     assert plain.all("Secret") == rendered.all("Secret")
 
 
-def test_tenancy_and_quota_defaults_are_the_settings_defaults() -> None:
+def test_tenancy_and_quota_defaults_are_the_settings_defaults(tmp_path: Path) -> None:
     rendered = render("default")
     for component in ("api", "worker", "operator"):
         assert "PDFQUEUE_USERS_TENANT_COLUMN" not in _env_of(rendered, component)
-        parsed = _settings_of(rendered, component)
+        parsed = _settings_of(rendered, component, tmp_path)
         for name, field in TENANCY_FIELDS.items():
             default = Settings.model_fields[field].get_default(call_default_factory=True)
             assert getattr(parsed, field) == default, (component, name)
@@ -431,7 +446,8 @@ def test_bundled_service_urls_are_composed_from_secrets() -> None:
     )
     assert env["PDFQUEUE_S3_ENDPOINT_URL"] == "http://pq-pdfqueue-s3:7070"
     assert env["AWS_ACCESS_KEY_ID"] == "ci-access-key"
-    assert env["PDFQUEUE_API_TOKENS"] == "acme:ci-token-acme-0123456789abcdef0123456789"
+    tokens = rendered.mounted_secret(rendered.one("Deployment", "-api"), "api", TOKENS_FILE)
+    assert tokens == "acme:ci-token-acme-0123456789abcdef0123456789"
     for cm in rendered.all("ConfigMap"):  # no credential in any ConfigMap
         assert "ci-redis-password" not in str(cm)
         assert "ci-secret-key" not in str(cm)
@@ -449,6 +465,43 @@ def test_bundled_service_urls_are_composed_from_secrets() -> None:
         "pq-pdfqueue-test-readyz",  # the `helm test` hook's
         "pq-pdfqueue-worker",
     ]
+
+
+def test_api_tokens_reach_the_api_as_a_read_only_file_never_as_a_variable() -> None:
+    """A variable is inherited by every process the API starts and shows in environment dumps;
+    the mounted file is read once, at start, by the API container alone."""
+    for variant in VARIANTS:
+        rendered = render(variant)
+        for obj in rendered.all("Deployment"):
+            spec = obj["spec"]["template"]["spec"]
+            for c in spec["containers"] + spec.get("initContainers", []):
+                names = {e["name"] for e in c.get("env", [])}
+                assert "PDFQUEUE_API_TOKENS" not in names, (variant, c["name"])
+                wants_file = obj["metadata"]["name"].endswith("-api") and c["name"] == "api"
+                assert ("PDFQUEUE_API_TOKENS_FILE" in names) == wants_file, (variant, c["name"])
+                mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+                assert ("api-tokens" in mounts) == wants_file, (variant, c["name"])
+        api = rendered.one("Deployment", "-api")
+        (c,) = api["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in c["env"]}
+        assert env["PDFQUEUE_API_TOKENS_FILE"] == {
+            "name": "PDFQUEUE_API_TOKENS_FILE",
+            "value": TOKENS_FILE,
+        }
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "api-tokens")
+        assert mount["readOnly"] is True
+        (volume,) = [
+            v for v in api["spec"]["template"]["spec"]["volumes"] if v["name"] == "api-tokens"
+        ]
+        assert volume["secret"]["defaultMode"] == 0o440  # uid 10001 reads it through fsGroup
+    external = render("external")
+    volume = next(
+        v
+        for v in external.one("Deployment", "-api")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "api-tokens"
+    )
+    assert volume["secret"]["secretName"] == "pdfqueue-tokens"  # auth.existingSecret
+    assert volume["secret"]["items"] == [{"key": "api-tokens", "path": "api-tokens"}]
 
 
 def test_redis_is_a_durable_queue() -> None:
