@@ -74,6 +74,19 @@ class Rendered:
             return str(secret["stringData"][key])
         return base64.b64decode(secret["data"][key]).decode()
 
+    def mounted_secret(
+        self, workload: dict[str, Any], container: str, path: str, *, existing_ok: bool = False
+    ) -> str:
+        """The content of the file at `path` in a container, from a mounted Secret volume."""
+        spec = workload["spec"]["template"]["spec"]
+        c = next(x for x in spec["containers"] if x["name"] == container)
+        mount = next(m for m in c.get("volumeMounts", []) if path.startswith(m["mountPath"] + "/"))
+        volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])["secret"]
+        name = path.removeprefix(mount["mountPath"] + "/")
+        items = {i["path"]: i["key"] for i in volume.get("items", [])}
+        key = items[name] if items else name
+        return self.secret_value(volume["secretName"], key, existing_ok=existing_ok)
+
     def container_env(
         self,
         workload: dict[str, Any],

@@ -29,6 +29,9 @@ pytest_plugins = ["kubefix", "kube_env"]  # kube_env: PdfBatches and the operato
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--e2e", action="store_true", help="run e2e tests against a kind cluster")
+    parser.addoption(
+        "--pods", action="store_true", help="run the chart on real pods (root, containerd)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -37,7 +40,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "e2e" in item.keywords:
                 item.add_marker(skip)
-    items.sort(key=lambda item: "e2e" in item.keywords)  # e2e runs last
+    if not config.getoption("--pods"):
+        skip = pytest.mark.skip(reason="real-pod tests are opt-in: pass --pods")
+        for item in items:
+            if item.get_closest_marker("pods"):
+                item.add_marker(skip)
+    # the slow ones run last
+    items.sort(key=lambda item: "e2e" in item.keywords or bool(item.get_closest_marker("pods")))
 
 
 @pytest.fixture(scope="session")

@@ -9,18 +9,20 @@ StatefulSet's pods are scheduled onto kwok's nodes.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 import yaml
 from chartfix import CHART, ROOT, VARIANTS, Rendered, helm, template, values_file
 from kubefix import KubeCluster
 
-from pdfqueue.settings import ARQ_TIMEOUT_MARGIN_S, Settings
+from pdfqueue.settings import ARQ_TIMEOUT_MARGIN_S, Quota, Settings
 
 pytestmark = pytest.mark.skipif(not (CHART / "Chart.yaml").exists(), reason="no chart")
 
@@ -38,6 +40,8 @@ PASSTHROUGH = {  # Kubernetes objects handed through as they are: their keys are
     "commonLabels",
     "extraEnv",
     "apiTokens",
+    "namespaceTenants",  # maps whose keys are namespaces and tenants, checked by the schema
+    "tenantQuotas",
     "namespaceSelector",
     "podSelector",
 }
@@ -146,6 +150,28 @@ def test_schema_covers_every_value_and_nothing_else() -> None:
         (["--set", "postgresql.enabled=false"], "externalDatabase"),
         (["--set", "api.uploadPartBytes=1048576"], "uploadPartBytes"),
         (["--set", "config.usersTable=users;drop"], "usersTable"),
+        (["--set", "config.maxDirectoryBytes=-1"], "/config/maxDirectoryBytes"),
+        (["--set", "worker.usersTenantColumn=tenant;drop"], "/worker/usersTenantColumn"),
+        (["--set", "worker.extractMaxPageChars=0"], "/worker/extractMaxPageChars"),
+        (["--set", "api.trustedTenants={acme,a b}"], "/api/trustedTenants/1"),
+        (["--set", "api.quotas.bytesPerDay=-1"], "/api/quotas/bytesPerDay"),
+        (["--set", "api.quotas.uploadsPerMinute=1.5"], "/api/quotas/uploadsPerMinute"),
+        (["--set", "api.tenantQuotas.acme.bytes_per_day=0"], "'bytes_per_day' not allowed"),
+        (["--set", "api.tenantQuotas.acme.bytesPerDay=-1"], "/api/tenantQuotas/acme/bytesPerDay"),
+        (["--set", "api.tenantQuotas.a:b.bytesPerDay=0"], "invalid propertyName 'a:b'"),
+        (["--set", "operator.namespaceTenants.Team_A=acme"], "invalid propertyName 'Team_A'"),
+        (["--set", "operator.namespaceTenants.team-a=acme:x"], "/operator/namespaceTenants/team-a"),
+        (["--set", "operator.namespaceTenants.team-a="], "/operator/namespaceTenants/team-a"),
+        (["--set", "operator.sourcePrefix=../x"], "/operator/sourcePrefix"),
+        (
+            [
+                *("--namespace", "pdfqueue", "--set", "api.createPdfBatches=true"),
+                *("--set", "operator.namespaceTenants.pdfqueue=acme"),
+            ],
+            "maps the release namespace pdfqueue to acme",
+        ),
+        (["--set", "operator.sourcePrefix=/uploads/x"], "must be a folder other than uploads/"),
+        (["--set", "operator.sourcePrefix=pdfs"], "must be a folder other than uploads/"),
         (
             ["--set", "worker.terminationGracePeriodSeconds=30"],
             "worker.terminationGracePeriodSeconds (30) must exceed worker.jobCompletionWaitSeconds (30)",
@@ -242,23 +268,173 @@ def test_grace_period_exceeds_completion_wait_which_exceeds_job_timeout() -> Non
         )
 
 
-def test_env_is_made_of_real_settings_and_parses() -> None:
+def _settings_from_env(env: dict[str, str]) -> Settings:
+    """Settings as a process with exactly these PDFQUEUE_* variables reads them (JSON values
+    are decoded from the environment only, not from keyword arguments)."""
+    others = {k: v for k, v in os.environ.items() if not k.startswith("PDFQUEUE_")}
+    with patch.dict(os.environ, others | env, clear=True):
+        return Settings()
+
+
+TOKENS_FILE = "/run/secrets/pdfqueue/api-tokens"
+
+
+def _pdfqueue_env(
+    rendered: Rendered, workload: dict[str, Any], container: str, files: Path
+) -> dict[str, str]:
+    """A container's PDFQUEUE_* variables, its mounted tokens file copied under `files`. Values
+    held in Secrets the chart only refers to (existingSecret) are unknown here: left out."""
+    env = rendered.container_env(workload, container, namespace="pdfqueue", existing_ok=True)
+    ours = {k: v for k, v in env.items() if k.startswith("PDFQUEUE_")}
+    if "PDFQUEUE_API_TOKENS_FILE" in ours:
+        tokens = rendered.mounted_secret(workload, container, TOKENS_FILE, existing_ok=True)
+        copy = files / f"{workload['metadata']['name']}-{container}-tokens"
+        copy.write_text(tokens)
+        ours["PDFQUEUE_API_TOKENS_FILE"] = str(copy)
+        if tokens.startswith("<existing "):
+            del ours["PDFQUEUE_API_TOKENS_FILE"]
+    return {k: v for k, v in ours.items() if not v.startswith("<existing ")}
+
+
+def test_env_is_made_of_real_settings_and_parses(tmp_path: Path) -> None:
     """Every PDFQUEUE_* variable the chart sets is a Settings field, and Settings accepts them."""
     known = {f"PDFQUEUE_{name.upper()}" for name in Settings.model_fields}
     for variant in VARIANTS:
         rendered = render(variant)
         for obj in rendered.all("Deployment"):
             for c in obj["spec"]["template"]["spec"]["containers"]:
-                env = rendered.container_env(obj, c["name"], namespace="pdfqueue", existing_ok=True)
-                ours = {k: v for k, v in env.items() if k.startswith("PDFQUEUE_")}
+                ours = _pdfqueue_env(rendered, obj, c["name"], tmp_path)
                 assert set(ours) <= known, (variant, c["name"], sorted(set(ours) - known))
-                # values held in Secrets the chart only refers to (existingSecret) are unknown here
-                ours = {k: v for k, v in ours.items() if not v.startswith("<existing ")}
-                settings = Settings(
-                    **{k.removeprefix("PDFQUEUE_").lower(): v for k, v in ours.items()}
-                )
+                settings = _settings_from_env(ours)
                 settings.check_shutdown_rule()
                 assert settings.storage_url.startswith("s3://")
+
+
+QUOTAS_JSON = (
+    '{"acme":{"bytes_per_day":0,"concurrent_batches":3},"ops.team":{"uploads_per_minute":0}}'
+)
+TENANCY = {  # value set -> (containers that read it, variable, what they get)
+    "config.maxDirectoryBytes=1048576": (
+        ("api", "worker"),
+        "PDFQUEUE_MAX_DIRECTORY_BYTES",
+        "1048576",
+    ),
+    "api.trustedTenants={acme,ops.team}": (("api",), "PDFQUEUE_TRUSTED_TENANTS", "acme,ops.team"),
+    "api.quotas.uploadsPerMinute=7": (("api",), "PDFQUEUE_QUOTA_UPLOADS_PER_MINUTE", "7"),
+    "api.quotas.bytesPerDay=107374182400": (
+        ("api",),
+        "PDFQUEUE_QUOTA_BYTES_PER_DAY",
+        "107374182400",
+    ),
+    "api.quotas.concurrentBatches=0": (("api",), "PDFQUEUE_QUOTA_CONCURRENT_BATCHES", "0"),
+    "api.tenantQuotas.acme.bytesPerDay=0": (
+        ("api",),
+        "PDFQUEUE_TENANT_QUOTAS",
+        QUOTAS_JSON,
+    ),
+    "api.tenantQuotas.acme.concurrentBatches=3": (
+        ("api",),
+        "PDFQUEUE_TENANT_QUOTAS",
+        QUOTAS_JSON,
+    ),
+    r"api.tenantQuotas.ops\.team.uploadsPerMinute=0": (
+        ("api",),
+        "PDFQUEUE_TENANT_QUOTAS",
+        QUOTAS_JSON,
+    ),
+    "worker.usersTenantColumn=tenant_id": (
+        ("worker",),
+        "PDFQUEUE_USERS_TENANT_COLUMN",
+        "tenant_id",
+    ),
+    "worker.extractMaxPageChars=20000": (("worker",), "PDFQUEUE_EXTRACT_MAX_PAGE_CHARS", "20000"),
+    "operator.namespaceTenants.team-b=beta": (
+        ("operator",),
+        "PDFQUEUE_OPERATOR_NAMESPACE_TENANTS",
+        "intake:*,team-b:beta",
+    ),
+    "operator.namespaceTenants.intake=*": (
+        ("operator",),
+        "PDFQUEUE_OPERATOR_NAMESPACE_TENANTS",
+        "intake:*,team-b:beta",
+    ),
+    "operator.sourcePrefix=manifests/in": (
+        ("operator",),
+        "PDFQUEUE_OPERATOR_SOURCE_PREFIX",
+        "manifests/in",
+    ),
+}
+TENANCY_FIELDS = {
+    "PDFQUEUE_MAX_DIRECTORY_BYTES": "max_directory_bytes",
+    "PDFQUEUE_TRUSTED_TENANTS": "trusted_tenants",
+    "PDFQUEUE_QUOTA_UPLOADS_PER_MINUTE": "quota_uploads_per_minute",
+    "PDFQUEUE_QUOTA_BYTES_PER_DAY": "quota_bytes_per_day",
+    "PDFQUEUE_QUOTA_CONCURRENT_BATCHES": "quota_concurrent_batches",
+    "PDFQUEUE_TENANT_QUOTAS": "tenant_quotas",
+    "PDFQUEUE_USERS_TENANT_COLUMN": "users_tenant_column",
+    "PDFQUEUE_EXTRACT_MAX_PAGE_CHARS": "extract_max_page_chars",
+    "PDFQUEUE_OPERATOR_NAMESPACE_TENANTS": "operator_namespace_tenants",
+    "PDFQUEUE_OPERATOR_SOURCE_PREFIX": "operator_source_prefix",
+}
+
+
+def _env_of(rendered: Rendered, component: str) -> dict[str, str]:
+    return rendered.container_env(rendered.one("Deployment", f"-{component}"), component)
+
+
+def _settings_of(rendered: Rendered, component: str, files: Path) -> Settings:
+    workload = rendered.one("Deployment", f"-{component}")
+    return _settings_from_env(_pdfqueue_env(rendered, workload, component, files))
+
+
+def test_tenancy_and_quota_values_reach_the_containers_that_read_them(tmp_path: Path) -> None:
+    args = [a for value in TENANCY for a in ("--set", value)]
+    rendered = render("default", *args)
+    for value, (components, name, expected) in TENANCY.items():
+        for component in components:
+            assert _env_of(rendered, component)[name] == expected, (value, component)
+    worker = _settings_of(rendered, "worker", tmp_path)
+    assert worker.users_tenant_column == "tenant_id"
+    assert worker.extract_max_page_chars == 20000
+    assert worker.max_directory_bytes == 1048576
+    api = _settings_of(rendered, "api", tmp_path)
+    assert api.max_directory_bytes == 1048576
+    assert api.trusted_tenants == {"acme", "ops.team"}
+    assert api.quota_for("acme") == Quota(
+        uploads_per_minute=7, bytes_per_day=0, concurrent_batches=3
+    )
+    assert api.quota_for("ops.team") == Quota(
+        uploads_per_minute=0, bytes_per_day=107374182400, concurrent_batches=0
+    )
+    assert api.quota_for("other") == Quota(
+        uploads_per_minute=7, bytes_per_day=107374182400, concurrent_batches=0
+    )
+    operator = _settings_of(rendered, "operator", tmp_path)
+    trusting = render(  # the API's namespace may be listed, as "*"
+        "external", "--set", "operator.namespaceTenants.pdfqueue=*", namespace="pdfqueue"
+    )
+    assert (
+        trusting.one("ConfigMap", "-config")["data"]["PDFQUEUE_OPERATOR_NAMESPACE_TENANTS"]
+        == "pdfqueue:*"
+    )
+    assert operator.operator_namespace_tenants == {"intake": "*", "team-b": "beta"}
+    assert operator.operator_source_prefix == "manifests/in/"
+    # the values change the ConfigMap only: the tokens stay in their Secret, unchanged
+    assert not any("TOKEN" in k for k in rendered.one("ConfigMap", "-config")["data"])
+    plain = render("default")
+    assert api.api_tokens  # read from the mounted file
+    assert api.api_tokens == _settings_of(plain, "api", tmp_path).api_tokens
+    assert plain.all("Secret") == rendered.all("Secret")
+
+
+def test_tenancy_and_quota_defaults_are_the_settings_defaults(tmp_path: Path) -> None:
+    rendered = render("default")
+    for component in ("api", "worker", "operator"):
+        assert "PDFQUEUE_USERS_TENANT_COLUMN" not in _env_of(rendered, component)
+        parsed = _settings_of(rendered, component, tmp_path)
+        for name, field in TENANCY_FIELDS.items():
+            default = Settings.model_fields[field].get_default(call_default_factory=True)
+            assert getattr(parsed, field) == default, (component, name)
 
 
 def test_bundled_service_urls_are_composed_from_secrets() -> None:
@@ -270,7 +446,8 @@ def test_bundled_service_urls_are_composed_from_secrets() -> None:
     )
     assert env["PDFQUEUE_S3_ENDPOINT_URL"] == "http://pq-pdfqueue-s3:7070"
     assert env["AWS_ACCESS_KEY_ID"] == "ci-access-key"
-    assert env["PDFQUEUE_API_TOKENS"] == "acme:ci-token-acme-0123456789abcdef0123456789"
+    tokens = rendered.mounted_secret(rendered.one("Deployment", "-api"), "api", TOKENS_FILE)
+    assert tokens == "acme:ci-token-acme-0123456789abcdef0123456789"
     for cm in rendered.all("ConfigMap"):  # no credential in any ConfigMap
         assert "ci-redis-password" not in str(cm)
         assert "ci-secret-key" not in str(cm)
@@ -288,6 +465,43 @@ def test_bundled_service_urls_are_composed_from_secrets() -> None:
         "pq-pdfqueue-test-readyz",  # the `helm test` hook's
         "pq-pdfqueue-worker",
     ]
+
+
+def test_api_tokens_reach_the_api_as_a_read_only_file_never_as_a_variable() -> None:
+    """A variable is inherited by every process the API starts and shows in environment dumps;
+    the mounted file is read once, at start, by the API container alone."""
+    for variant in VARIANTS:
+        rendered = render(variant)
+        for obj in rendered.all("Deployment"):
+            spec = obj["spec"]["template"]["spec"]
+            for c in spec["containers"] + spec.get("initContainers", []):
+                names = {e["name"] for e in c.get("env", [])}
+                assert "PDFQUEUE_API_TOKENS" not in names, (variant, c["name"])
+                wants_file = obj["metadata"]["name"].endswith("-api") and c["name"] == "api"
+                assert ("PDFQUEUE_API_TOKENS_FILE" in names) == wants_file, (variant, c["name"])
+                mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+                assert ("api-tokens" in mounts) == wants_file, (variant, c["name"])
+        api = rendered.one("Deployment", "-api")
+        (c,) = api["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in c["env"]}
+        assert env["PDFQUEUE_API_TOKENS_FILE"] == {
+            "name": "PDFQUEUE_API_TOKENS_FILE",
+            "value": TOKENS_FILE,
+        }
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "api-tokens")
+        assert mount["readOnly"] is True
+        (volume,) = [
+            v for v in api["spec"]["template"]["spec"]["volumes"] if v["name"] == "api-tokens"
+        ]
+        assert volume["secret"]["defaultMode"] == 0o440  # uid 10001 reads it through fsGroup
+    external = render("external")
+    volume = next(
+        v
+        for v in external.one("Deployment", "-api")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "api-tokens"
+    )
+    assert volume["secret"]["secretName"] == "pdfqueue-tokens"  # auth.existingSecret
+    assert volume["secret"]["items"] == [{"key": "api-tokens", "path": "api-tokens"}]
 
 
 def test_redis_is_a_durable_queue() -> None:

@@ -7,6 +7,13 @@
 # Usage:
 #   tools/kube.sh up DIR     start (idempotent); waits for /readyz, Ready nodes
 #                            and the default ServiceAccount
+#   tools/kube.sh up DIR --real-node
+#                            the same control plane with a real node instead of kwok:
+#                            kubelet + containerd + runc, CNI bridge, kube-proxy, CoreDNS,
+#                            hostPath PVs, the images of tools/images.sh (see tools/node.sh).
+#                            Needs root; one per machine. The API server then listens on the
+#                            node's bridge address (PDFQUEUE_NODE_IP, 10.244.0.1), not 127.0.0.1.
+#   tools/kube.sh node-check DIR   exit 0 if a real node can start here, else say why
 #   tools/kube.sh down DIR   stop everything started for DIR (state is kept)
 #   tools/kube.sh env DIR    print `export` lines (KUBECONFIG, PATH)
 #
@@ -28,16 +35,20 @@ NODES=(kwok-node-0 kwok-node-1)
 
 die() { echo "kube: ERROR: $*" >&2; exit 1; }
 say() { echo "kube: $*" >&2; }
-usage() { echo "usage: $0 up DIR | down DIR | env DIR" >&2; exit 2; }
+usage() { echo "usage: $0 up DIR [--real-node] | down DIR | env DIR | node-check DIR" >&2; exit 2; }
 
 # proc_alive, pid_alive, stop_pidfile
 # shellcheck source=tools/lib.sh
 . "$HERE/lib.sh"
+# node_up, node_down (the --real-node mode)
+# shellcheck source=tools/node.sh
+. "$HERE/node.sh"
 
 # ---------------------------------------------------------------------------
 ensure_binaries() {
-  local b missing=0
-  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok; do
+  local b missing=0 need=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  [ "$REAL" = 1 ] || need+=(kwok)   # the real node needs no kwok
+  for b in "${need[@]}"; do
     [ -x "$BIN/$b" ] || missing=1
   done
   if [ "$missing" = 1 ]; then
@@ -72,7 +83,7 @@ make_pki() {
     -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
     -out "$PKI/ca.crt" 2>/dev/null
   sign apiserver "/CN=kube-apiserver" \
-    "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    "IP:127.0.0.1,IP:10.96.0.1,IP:$NODE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   sign admin "/O=system:masters/CN=pdfqueue-admin"
   sign controller-manager "/CN=system:kube-controller-manager"
   sign scheduler "/CN=system:kube-scheduler"
@@ -86,7 +97,7 @@ kubeconfig() { # FILE USER
   local f=$1 user=$2
   rm -f "$f"
   local k=("$BIN/kubectl" --kubeconfig "$f" config)
-  "${k[@]}" set-cluster pdfqueue-test --server "https://127.0.0.1:$KUBE_PORT" \
+  "${k[@]}" set-cluster pdfqueue-test --server "https://$API_HOST:$KUBE_PORT" \
     --certificate-authority "$PKI/ca.crt" --embed-certs=true >/dev/null
   "${k[@]}" set-credentials "$user" --client-certificate "$PKI/$user.crt" \
     --client-key "$PKI/$user.key" --embed-certs=true >/dev/null
@@ -130,7 +141,7 @@ kc() { "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" "$@"; }
 etcd_healthy() { curl -fsS -m 2 "http://127.0.0.1:$ETCD_PORT/health" | grep -q '"health":"true"'; }
 api_ready() {
   curl -fsS -m 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
-    "https://127.0.0.1:$KUBE_PORT/readyz" | grep -q '^ok$'
+    "https://$API_HOST:$KUBE_PORT/readyz" | grep -q '^ok$'
 }
 nodes_ready() {
   local n
@@ -211,6 +222,17 @@ EOF
 
 # ---------------------------------------------------------------------------
 up() {
+  if [ "$REAL" = 1 ]; then
+    [ "$(cat "$DIR/mode" 2>/dev/null || echo real)" = real ] ||
+      die "$DIR holds a kwok control plane: use another DIR for --real-node"
+    node_prereqs
+    node_network_up   # the API server listens on the bridge address
+    echo real >"$DIR/mode"
+  else
+    [ "$(cat "$DIR/mode" 2>/dev/null || echo kwok)" = kwok ] ||
+      die "$DIR holds a real-node control plane: add --real-node"
+    echo kwok >"$DIR/mode"
+  fi
   command -v openssl >/dev/null || die "openssl is required"
   command -v curl >/dev/null || die "curl is required"
   ensure_binaries
@@ -220,7 +242,7 @@ up() {
   kubeconfig "$DIR/controller-manager.kubeconfig" controller-manager
   kubeconfig "$DIR/scheduler.kubeconfig" scheduler
   kubeconfig "$DIR/kwok.kubeconfig" kwok
-  write_kwok_config
+  [ "$REAL" = 1 ] || write_kwok_config
 
   start etcd "$BIN/etcd" --name pdfqueue-test --data-dir "$DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -231,10 +253,21 @@ up() {
     --listen-metrics-urls "" --unsafe-no-fsync --log-level warn
   wait_until "etcd health on 127.0.0.1:$ETCD_PORT" etcd etcd_healthy
 
+  local node_args=(--endpoint-reconciler-type none)
+  if [ "$REAL" = 1 ]; then
+    # Pods reach the API through the kubernetes Service (endpoint: the node address); the API
+    # server reaches the kubelet with its own client certificate (logs, exec, port-forward).
+    node_pki
+    node_args=(--endpoint-reconciler-type lease
+      --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
+      --kubelet-client-key "$PKI/apiserver-kubelet-client.key"
+      --kubelet-certificate-authority "$PKI/ca.crt"
+      --kubelet-preferred-address-types InternalIP)
+  fi
   start kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$KUBE_PORT" \
-    --endpoint-reconciler-type none \
+    --bind-address "$API_HOST" --advertise-address "$API_HOST" --secure-port "$KUBE_PORT" \
+    "${node_args[@]}" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" \
     --authorization-mode Node,RBAC \
@@ -243,7 +276,7 @@ up() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range 10.96.0.0/16 \
     --allow-privileged=true --profiling=false
-  wait_until "kube-apiserver /readyz on https://127.0.0.1:$KUBE_PORT" kube-apiserver api_ready
+  wait_until "kube-apiserver /readyz on https://$API_HOST:$KUBE_PORT" kube-apiserver api_ready
 
   start kube-controller-manager "$BIN/kube-controller-manager" \
     --kubeconfig "$DIR/controller-manager.kubeconfig" \
@@ -262,6 +295,13 @@ up() {
     --authorization-kubeconfig "$DIR/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port 0 \
     --leader-elect=false --profiling=false
+
+  if [ "$REAL" = 1 ]; then
+    wait_until "ServiceAccount default/default" kube-controller-manager default_sa
+    node_up
+    say "control plane up with a real node: KUBECONFIG=$DIR/admin.kubeconfig (context $CONTEXT)"
+    return 0
+  fi
 
   start kwok "$BIN/kwok" --kubeconfig "$DIR/kwok.kubeconfig" \
     --config "$DIR/kwok/kwok.yaml" \
@@ -284,6 +324,7 @@ up() {
 
 down() {
   local n
+  if [ "$(cat "$DIR/mode" 2>/dev/null)" = real ]; then node_down; fi
   for n in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop_pidfile "$n" "$RUN/$n.pid"
   done
@@ -299,14 +340,22 @@ EOF
 }
 
 # ---------------------------------------------------------------------------
-[ $# -eq 2 ] || usage
+[ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$1" = up ] && [ "$3" = --real-node ]; } || usage
 cmd=$1
+REAL=0
+[ "${3:-}" = --real-node ] && REAL=1
 mkdir -p "$2"
 DIR="$(cd "$2" && pwd)"
 PKI="$DIR/pki"; LOGS="$DIR/logs"; RUN="$DIR/run"
+mkdir -p "$RUN" "$LOGS"
+API_HOST=127.0.0.1
+if [ "$REAL" = 1 ] || [ "$(cat "$DIR/mode" 2>/dev/null)" = real ]; then
+  API_HOST=$NODE_IP
+fi
 case "$cmd" in
   up) up ;;
   down) down ;;
   env) print_env ;;
+  node-check) node_prereqs && echo "real node: prerequisites met" ;;
   *) usage ;;
 esac

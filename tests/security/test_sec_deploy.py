@@ -54,7 +54,8 @@ def test_an_anonymous_api_needs_the_explicit_value_and_stays_inside() -> None:
     api = rendered.one("Deployment", "-api")
     env = rendered.container_env(api, "api", namespace="pdfqueue")
     assert env["PDFQUEUE_ALLOW_ANONYMOUS"] == "true"
-    assert env["PDFQUEUE_API_TOKENS"] == ""
+    assert "PDFQUEUE_API_TOKENS" not in env
+    assert rendered.mounted_secret(api, "api", env["PDFQUEUE_API_TOKENS_FILE"]) == ""
     assert rendered.all("Ingress") == []
     assert rendered.one("Service", "-api")["spec"]["type"] == "ClusterIP"
     tokens = Rendered.parse(template("-f", str(values_file("default"))))

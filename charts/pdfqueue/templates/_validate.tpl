@@ -6,6 +6,25 @@ Messages name the value, never its content: tokens must not reach a CI log.
 {{- define "pdfqueue.validateValues" -}}
 {{- include "pdfqueue.validateAuth" . }}
 {{- include "pdfqueue.worker.terminationGracePeriodSeconds" . | substr 0 0 }}
+{{- include "pdfqueue.validateSourcePrefix" . }}
+{{- include "pdfqueue.validateNamespaceTenants" . }}
+{{- end }}
+
+{{/* The API files every tenant's PdfBatches in the release namespace: mapping it to one tenant
+would make the operator refuse all the others' (an explicit entry wins over the implicit "*"). */}}
+{{- define "pdfqueue.validateNamespaceTenants" -}}
+{{- $tenant := get .Values.operator.namespaceTenants .Release.Namespace }}
+{{- if and .Values.api.createPdfBatches $tenant (ne $tenant "*") }}
+{{- fail (printf "operator.namespaceTenants maps the release namespace %s to %s, but api.createPdfBatches files every tenant's PdfBatches there: map it to \"*\" or leave it out" .Release.Namespace $tenant) }}
+{{- end }}
+{{- end }}
+
+{{/* A PdfBatch manifest must never name an upload or a linked PDF (the schema checks the form). */}}
+{{- define "pdfqueue.validateSourcePrefix" -}}
+{{- $first := .Values.operator.sourcePrefix | trimAll "/" | splitList "/" | first }}
+{{- if has $first (list "uploads" "pdfs") }}
+{{- fail (printf "operator.sourcePrefix %q must be a folder other than uploads/ and pdfs/" .Values.operator.sourcePrefix) }}
+{{- end }}
 {{- end }}
 
 {{/* The API fails closed: tokens or an explicit, unexposed anonymous mode. */}}

@@ -1,0 +1,446 @@
+"""The e2e scenario on real pods: the chart on a kubelet with containerd and runc, here.
+
+`tools/kube.sh up DIR --real-node` starts the control plane with one real node (CNI bridge,
+kube-proxy, CoreDNS, hostPath PVs) and imports the images of `tools/images.sh` (built here from
+Debian packages and the real Dockerfiles, cached by content hash). The chart is installed with
+those images; every pod must become Ready by its own probes; the scenario of
+tests/e2e/scenario.py runs through the API's Service (its ClusterIP, via kube-proxy); then the
+release is exercised: worker and Redis pods deleted mid-batch, `helm upgrade`, `helm test`,
+`helm uninstall`.
+
+Opt in with `--pods` (marker `pods`); it needs root and skips with the one failing prerequisite
+otherwise. The node's state (etcd, containerd's images) is kept in $PDFQUEUE_PODS_DIR
+(default .state/kube-real) so a warm run imports nothing; it is stopped after the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from chartfix import CHART, HELM, KUBECTL, ROOT
+from e2e.scenario import ClusterDriver, _seed, run_scenario, wait_until
+
+from pdfqueue.models import TERMINAL
+from pdfqueue.samples import build_corpus, write_zip
+
+pytestmark = [pytest.mark.pods, pytest.mark.timeout(2400)]
+
+RELEASE = "pdfqueue"
+NODE_DIR = Path(os.environ.get("PDFQUEUE_PODS_DIR", ROOT / ".state/kube-real"))
+KUBE_SH = ROOT / "tools/kube.sh"
+IMAGES_SH = ROOT / "tools/images.sh"
+TOKEN = "e2e-token"  # k8s/kind-values.yaml's test token
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _node_env() -> dict[str, str]:
+    """Ports chosen once per node directory: etcd's data remembers its peer URL."""
+    NODE_DIR.mkdir(parents=True, exist_ok=True)
+    ports = NODE_DIR / "ports.json"
+    if not ports.exists():
+        ports.write_text(json.dumps({"etcd": _free_port(), "kube": _free_port()}))
+    chosen = json.loads(ports.read_text())
+    return {
+        **os.environ,
+        "PDFQUEUE_ETCD_PORT": str(chosen["etcd"]),
+        "PDFQUEUE_ETCD_PEER_PORT": str(chosen["etcd"] + 1),
+        "PDFQUEUE_KUBE_PORT": str(chosen["kube"]),
+        "PDFQUEUE_KUBE_TIMEOUT": "180",
+    }
+
+
+def _run(*argv: str | Path, timeout: float = 600, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        [str(a) for a in argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+        cwd=ROOT,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(map(str, argv))} exited {proc.returncode}:\n"
+            f"{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}"
+        )
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def real_node() -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("real pods need root (containerd, runc, network namespaces, iptables)")
+    env = _node_env()
+    check = subprocess.run(
+        ["bash", str(KUBE_SH), "node-check", str(NODE_DIR)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=900,
+    )
+    if check.returncode != 0:
+        reason = (check.stderr.strip().splitlines() or ["node-check failed"])[-1]
+        pytest.skip(f"containers cannot run here: {reason}")
+    try:
+        _run("bash", KUBE_SH, "up", NODE_DIR, "--real-node", timeout=3600, env=env)
+        yield NODE_DIR / "admin.kubeconfig"
+    finally:
+        _run("bash", KUBE_SH, "down", NODE_DIR, timeout=600, env=env)
+
+
+class PodsDriver(ClusterDriver):
+    """tests/e2e/scenario.py's ClusterDriver for the release on the real node."""
+
+    users_table = "users"
+    token = TOKEN
+
+    def __init__(self, kubeconfig: Path, namespace: str, workdir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.workdir = workdir
+        self.api_url = ""
+        self.values: list[str] = []
+        """helm's -f arguments: k8s/kind-values.yaml, then the local images."""
+
+    def kubectl(self, *args: str, timeout: float = 120) -> str:
+        return _run(
+            KUBECTL, f"--kubeconfig={self.kubeconfig}", "-n", self.namespace, *args, timeout=timeout
+        )
+
+    def helm(self, *args: str, timeout: float = 900) -> str:
+        return _run(
+            HELM, f"--kubeconfig={self.kubeconfig}", "-n", self.namespace, *args, timeout=timeout
+        )
+
+    def get(self, *args: str) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(self.kubectl("get", *args, "-o", "json"))
+        return out
+
+    def service_url(self, component: str, port: int) -> str:
+        ip = self.get("service", f"{RELEASE}-{component}")["spec"]["clusterIP"]
+        return f"http://{ip}:{port}"
+
+    def database_url(self) -> str:
+        secret = self.get("secret", f"{RELEASE}-postgresql")["data"]
+        password = base64.b64decode(secret["postgres-password"]).decode()
+        # a headless Service: its one pod, on the node's bridge, which this host reaches
+        ip = self.get("pod", f"{RELEASE}-postgresql-0")["status"]["podIP"]
+        return f"postgresql://pdfqueue:{password}@{ip}:5432/pdfqueue"
+
+    def worker_replicas(self) -> int:
+        return int(self.get("deployment", f"{RELEASE}-worker")["spec"].get("replicas") or 0)
+
+    def pods(self, component: str) -> list[dict[str, Any]]:
+        sel = f"app.kubernetes.io/component={component}"
+        items: list[dict[str, Any]] = self.get("pods", "-l", sel)["items"]
+        return items
+
+    def diagnostics(self) -> str:
+        parts = []
+        for args in (
+            ("get", "pods,deployments,statefulsets,pvc,pdfbatches", "-o", "wide"),
+            ("get", "events", "--sort-by=.lastTimestamp"),
+            ("logs", f"deployment/{RELEASE}-operator", "--tail=60"),
+            ("logs", f"deployment/{RELEASE}-api", "--tail=40"),
+        ):
+            try:
+                parts.append(self.kubectl(*args))
+            except AssertionError as exc:
+                parts.append(f"({' '.join(args)}: {exc})")
+        return "\n".join(parts)[-12000:]
+
+
+def _image_values() -> dict[str, Any]:
+    refs = dict(
+        line.split("=", 1) for line in _run("bash", IMAGES_SH, "refs").splitlines() if "=" in line
+    )
+
+    def image(name: str) -> dict[str, str]:
+        repository, tag = refs[name].rsplit(":", 1)
+        return {"repository": repository, "tag": tag, "pullPolicy": "Never"}
+
+    return {
+        "api": {"image": image("API")},
+        "worker": {"image": image("WORKER")},
+        "operator": {"image": image("OPERATOR")},
+        "redis": {"image": image("REDIS")},
+        "postgresql": {"image": image("POSTGRES")},
+        "s3": {"image": image("VERSITYGW")},
+        "tests": {"image": image("CURL")},
+    }
+
+
+@pytest.fixture(scope="module")
+def release(real_node: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodsDriver]:
+    workdir = tmp_path_factory.mktemp("pods")
+    namespace = f"pdfq-pods-{uuid.uuid4().hex[:6]}"
+    driver = PodsDriver(real_node, namespace, workdir)
+    values = workdir / "images.yaml"
+    values.write_text(yaml.safe_dump(_image_values()))
+    driver.values = [
+        "-f",
+        str(ROOT / "k8s/kind-values.yaml"),
+        "-f",
+        str(values),
+    ]
+    _run(KUBECTL, f"--kubeconfig={real_node}", "create", "namespace", namespace)
+    try:
+        started = time.monotonic()
+        driver.helm(
+            "install",
+            RELEASE,
+            str(CHART),
+            *driver.values,
+            "--wait",
+            "--timeout",
+            "10m",
+        )
+        print(f"helm install --wait took {time.monotonic() - started:.0f}s")
+        driver.api_url = driver.service_url("api", 80)
+        yield driver
+    finally:
+        subprocess.run(
+            [
+                str(HELM),
+                f"--kubeconfig={real_node}",
+                "-n",
+                namespace,
+                "uninstall",
+                RELEASE,
+                "--wait",
+                "--timeout",
+                "3m",
+            ],
+            capture_output=True,
+            check=False,
+            timeout=300,
+        )
+        _run(
+            KUBECTL,
+            f"--kubeconfig={real_node}",
+            "delete",
+            "namespace",
+            namespace,
+            "--wait=true",
+            "--timeout=180s",
+            timeout=240,
+        )
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def test_every_pod_is_ready_by_its_probes_as_the_charts_users(release: PodsDriver) -> None:
+    pods = release.get("pods")["items"]
+    by_component = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p for p in pods}
+    # a worker may still run: the Deployment starts with one until the operator scales it to 0
+    assert set(by_component) - {"worker"} == {"api", "operator", "redis", "postgresql", "s3"}
+    for component, pod in by_component.items():
+        assert _ready(pod), (component, pod["status"])
+        statuses = pod["status"]["containerStatuses"]
+        assert all(s["restartCount"] == 0 for s in statuses), (component, statuses)
+    for component in ("api", "operator"):
+        uid = release.kubectl(
+            "exec",
+            f"deployment/{RELEASE}-{component}",
+            "--",
+            "python",
+            "-c",
+            "import os; print(os.getuid(), os.getgid())",
+        )
+        assert uid.split() == ["10001", "10001"], (component, uid)
+        # the root filesystem is read-only, the code (the venv) too
+        probe = release.kubectl(
+            "exec",
+            f"deployment/{RELEASE}-{component}",
+            "--",
+            "python",
+            "-c",
+            "import os, sys\nfor p in ('/x', os.path.join(sys.prefix, 'x')):\n"
+            "    try:\n        open(p, 'w')\n        print('writable')\n"
+            "    except OSError:\n        print('read-only')",
+        )
+        assert probe.split() == ["read-only", "read-only"], probe
+
+
+def test_the_scenario_through_the_api_service(release: PodsDriver) -> None:
+    seen = run_scenario(release, release.workdir, files=120, settle_s=300, batch_s=600)
+    # the Deployment starts with one worker until the operator's first scale-down; from the
+    # idle zero on: up for the batch, then back to zero
+    counts = [n for _, n in seen.replicas]
+    idle = counts.index(0)
+    assert max(counts[idle:]) >= 1, counts
+    assert counts[-1] == 0, counts
+
+
+def _client(release: PodsDriver) -> httpx.Client:
+    return httpx.Client(
+        base_url=release.api_url, timeout=60, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+
+
+def _upload(
+    release: PodsDriver, client: httpx.Client, files: int, seed: int
+) -> tuple[str, dict[str, int]]:
+    corpus = build_corpus(files, seed=seed)
+    asyncio.run(_seed(release.database_url(), corpus.users, release.users_table))
+    archive = write_zip(corpus, release.workdir / f"batch-{seed}.zip", seed=seed)
+    created = client.post(
+        "/v1/batches", content=archive.read_bytes(), headers={"Content-Type": "application/zip"}
+    )
+    assert created.status_code == 202, created.text
+    return created.json()["batch_id"], corpus.counts()
+
+
+def _finish(
+    release: PodsDriver, client: httpx.Client, batch_id: str, expected: dict[str, int], files: int
+) -> None:
+    def finished() -> dict[str, Any] | None:
+        # while Redis or the API restarts, the API may answer 503 or not at all: ask again
+        try:
+            response = client.get(f"/v1/batches/{batch_id}")
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        status: dict[str, Any] = response.json()
+        return status if status["status"] in TERMINAL else None
+
+    final = wait_until(f"batch {batch_id} to finish", finished, release, 600, 1.0)
+    assert final["status"] == "COMPLETED", (final, release.diagnostics())
+    assert {k: final[k] for k in expected} == expected, (final, expected)
+    assert final["processed"] == final["total_files"] == files
+
+
+def _wait_running_workers(release: PodsDriver) -> list[dict[str, Any]]:
+    def running() -> list[dict[str, Any]] | None:
+        pods = [p for p in release.pods("worker") if _ready(p)]
+        return pods or None
+
+    found: list[dict[str, Any]] = wait_until("a Ready worker pod", running, release, 300, 0.5)
+    return found
+
+
+def test_a_worker_pod_deleted_mid_batch_drains_and_nothing_is_lost(release: PodsDriver) -> None:
+    files = 300
+    with _client(release) as client:
+        batch_id, expected = _upload(release, client, files, seed=11)
+        victim = _wait_running_workers(release)[0]
+        name = victim["metadata"]["name"]
+        grace = victim["spec"]["terminationGracePeriodSeconds"]
+        started = time.monotonic()
+        release.kubectl(
+            "delete", "pod", name, "--wait=true", f"--timeout={grace + 60}s", timeout=grace + 90
+        )
+        took = time.monotonic() - started
+        _finish(release, client, batch_id, expected, files)
+    # it was gone within its grace period (plus the kubelet's bookkeeping), not killed after it
+    assert took < grace + 15, (took, grace)
+    logs = release.kubectl(
+        "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
+    )
+    reasons = {e["reason"] for e in json.loads(logs)["items"]}
+    assert "Killing" in reasons, reasons
+
+
+def test_the_redis_pod_deleted_mid_batch_comes_back_from_its_aof(release: PodsDriver) -> None:
+    files = 200
+    with _client(release) as client:
+        batch_id, expected = _upload(release, client, files, seed=13)
+        _wait_running_workers(release)
+        before = release.pods("redis")[0]
+        release.kubectl("delete", "pod", before["metadata"]["name"], "--wait=true", timeout=180)
+
+        def back() -> dict[str, Any] | None:
+            pods = release.pods("redis")
+            fresh = [p for p in pods if p["metadata"]["uid"] != before["metadata"]["uid"]]
+            return fresh[0] if fresh and _ready(fresh[0]) else None
+
+        after = wait_until("the Redis pod to come back Ready", back, release, 300)
+        # the same claim: the StatefulSet's PVC, not a fresh volume
+        claim = [
+            v["persistentVolumeClaim"]["claimName"]
+            for v in after["spec"]["volumes"]
+            if "persistentVolumeClaim" in v
+        ]
+        assert claim == [f"data-{RELEASE}-redis-0"], after["spec"]["volumes"]
+        _finish(release, client, batch_id, expected, files)
+
+
+def test_helm_upgrade_rolls_every_pod_mid_batch_and_loses_no_file(release: PodsDriver) -> None:
+    files = 200
+    with _client(release) as client:
+        batch_id, expected = _upload(release, client, files, seed=17)
+        _wait_running_workers(release)
+        old = {p["metadata"]["uid"] for c in ("api", "operator") for p in release.pods(c)}
+        # a config value: the ConfigMap's checksum rolls the API, operator and worker pods
+        release.helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            *release.values,
+            "--set",
+            "config.metricsIntervalSeconds=4",
+            "--wait",
+            "--timeout",
+            "10m",
+        )
+        _finish(release, client, batch_id, expected, files)
+    # the replaced pods may still be terminating when helm's --wait is satisfied
+    new = [
+        p
+        for c in ("api", "operator")
+        for p in release.pods(c)
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    assert all(_ready(p) for p in new), [p["status"] for p in new]
+    assert not old & {p["metadata"]["uid"] for p in new}, "every API and operator pod replaced"
+    config = release.get("configmap", f"{RELEASE}-config")["data"]
+    assert config["PDFQUEUE_METRICS_INTERVAL_S"] == "4", config
+
+
+def test_helm_test_passes(release: PodsDriver) -> None:
+    out = release.helm("test", RELEASE, "--timeout", "5m")
+    assert "Phase:          Succeeded" in out or "Succeeded" in out, out
+
+
+def test_helm_uninstall_leaves_only_the_pvcs(release: PodsDriver) -> None:
+    release.helm("uninstall", RELEASE, "--wait", "--timeout", "5m")
+    # the pods go after their owners, through the garbage collector
+    release.kubectl("wait", "--for=delete", "pods", "--all", "--timeout=180s", timeout=200)
+    left = release.get("all,configmaps,secrets,serviceaccounts,roles,rolebindings,pvc")["items"]
+    kinds = sorted(
+        {
+            (o["kind"], o["metadata"]["name"])
+            for o in left
+            if o["metadata"]["name"] not in ("kube-root-ca.crt", "default")
+        }
+    )
+    assert kinds == [
+        ("PersistentVolumeClaim", f"data-{RELEASE}-postgresql-0"),
+        ("PersistentVolumeClaim", f"data-{RELEASE}-redis-0"),
+        ("PersistentVolumeClaim", f"data-{RELEASE}-s3-0"),
+    ], kinds
