@@ -20,16 +20,17 @@ async def register_batch(
     batch_id: str,
     tenant: str,
     source_key: str,
+    file_name: str | None = None,
 ) -> BatchSummary:
     """Create the durable row and the live state and enqueue `ingest`, each only once.
 
     Safe to call again for the same batch (an operator re-reconciling, a retried request):
     an existing row is kept, live state is not reset, and the ingest job id is deterministic.
     """
-    summary = await db.create_batch(batch_id, tenant, source_key)
+    summary = await db.create_batch(batch_id, tenant, source_key, file_name)
     if summary.status in TERMINAL:
         return summary
-    created = await state.create(batch_id, tenant, summary.created_at)
+    created = await state.create(batch_id, tenant, summary.created_at, summary.file_name)
     job = Job(keys.ingest_job(batch_id), "ingest", {"batch_id": batch_id, "source": source_key})
     await enqueue(redis, queue_name, [job])
     if created:
