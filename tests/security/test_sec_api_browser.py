@@ -19,7 +19,7 @@ async def test_page_uploads_under_its_csp(
     await browser.call("Page.navigate", url=f"{served}/")
     await browser.wait_for("Page.loadEventFired")
     # The stylesheet applied (the button's colour) and the script ran (its handler is set).
-    color = await browser.js("getComputedStyle(document.querySelector('button')).backgroundColor")
+    color = await browser.js("getComputedStyle(document.getElementById('go')).backgroundColor")
     assert color == "rgb(37, 87, 214)"
 
     await browser.js(f"document.getElementById('token').value = {json.dumps(ACME_TOKEN)}")
@@ -44,7 +44,7 @@ async def test_page_uploads_under_its_csp(
         "[...document.querySelectorAll('#counts tr')].map((r) => r.innerText.split('\\t'))"
     )
     assert ["linked", str(corpus.counts()["linked"])] in rows
-    assert await browser.js("document.getElementById('report').hidden") is False
+    assert await browser.js("document.getElementById('csv').hidden") is False
 
     assert await browser.js("window.__violations") == []
     errors = [line for line in browser.console if "error" in line.lower()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
 from pdfqueue import metrics
+from pdfqueue.advice import ADVICE
 from pdfqueue.csvsafe import csv_line
 from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
@@ -352,18 +354,33 @@ def _add_routes(app: FastAPI) -> None:
     _add_page(app)
 
 
-ASSETS = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
-"""The page's own style and script: served here, so its CSP needs nothing inline or remote."""
+ASSETS = {
+    "page.css": "text/css; charset=utf-8",
+    "page.js": "text/javascript; charset=utf-8",
+    "advice.json": "application/json",
+}
+"""The page's own style, script and reason table: served here, so its CSP needs nothing
+inline or remote."""
 
 
 def _add_page(app: FastAPI) -> None:
     package = resources.files("pdfqueue_api")
     page = package.joinpath("page.html").read_text()
-    assets = {name: package.joinpath("static", name).read_bytes() for name in ASSETS}
+    assets = {
+        name: package.joinpath("static", name).read_bytes()
+        for name in ASSETS
+        if name != "advice.json"
+    }
+    assets["advice.json"] = json.dumps(ADVICE).encode()
 
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
-        return HTMLResponse(page)
+        return HTMLResponse(page.replace("%ROOT%", ""))
+
+    @app.get("/batches/{batch_id}", include_in_schema=False)
+    async def batch_page(batch_id: str) -> HTMLResponse:
+        """The same page; its script shows the batch named in the URL (so a reload resumes)."""
+        return HTMLResponse(page.replace("%ROOT%", "../"))
 
     @app.get("/static/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:
