@@ -17,6 +17,8 @@ from typing import Any
 from bench import corpus, report
 from bench.peer import run_peer
 from bench.pipeline import Bench, run_config
+from bench.sse import line as sse_line
+from bench.sse import run_sse
 from bench.upload_rss import run_upload_rss
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -41,6 +43,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-upload-rss", action="store_true", help="skip the big-upload RSS test")
     p.add_argument("--upload-mb", type=int, default=500, help="size of the big upload (500)")
     p.add_argument("--seed", type=int, default=1, help="corpus seed (1)")
+    p.add_argument("--sse-clients", type=int, default=500, help="event streams (500)")
+    p.add_argument("--sse-files", type=int, default=3000, help="PDFs of the SSE batch (3000)")
+    p.add_argument("--skip-sse", action="store_true", help="skip the event-stream test")
+    p.add_argument("--only-sse", action="store_true", help="run only the event-stream test")
     p.add_argument(
         "--timeout-per-pdf", type=float, default=0.5, help="s per PDF on top of 120 s (0.5)"
     )
@@ -104,21 +110,33 @@ def paired_runs(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    sizes = [] if args.only_sse else args.sizes
+    args.skip_upload_rss = args.skip_upload_rss or args.only_sse
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     bench = Bench.from_environ(stamp.lower(), corpus.CACHE / f"logs-{stamp}")
     print(
         f"bench {stamp}: logs in {bench.log_dir}, objects under s3://{bench.bucket}/{bench.prefix}"
     )
     asyncio.run(bench.prepare())
-    for n in args.sizes:
+    for n in sizes:
         corpus.corpus(n, args.seed)
     parse = corpus.parse_cost_ms(corpus.corpus(args.sizes[0], args.seed)[0], args.seed)
     print(f"pypdf cost per clean PDF, one core: {parse}")
 
     runs: list[dict[str, Any]] = []
     upload: dict[str, Any] | None = None
+    sse: dict[str, Any] | None = None
     try:
-        for n in args.sizes:
+        if not args.skip_sse:
+            sse = _guarded(
+                f"SSE, {args.sse_clients} streams",
+                run_sse,
+                bench,
+                args.sse_clients,
+                args.sse_files,
+                args.seed,
+            )
+        for n in sizes:
             for w in args.workers:
                 for p in procs_for(w, args.extract_procs):
                     runs += paired_runs(bench, args, n, (w, p))
@@ -140,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(runs))
     print()
     print(report.ratio_lines(ratio_rows, upload))
+    if sse and "clients" in sse:
+        print(sse_line(sse))
     ceiling = (os.cpu_count() or 1) * 1000 / parse["mean_ms"]
     print(
         f"pypdf alone: {parse['mean_ms']} ms CPU per PDF, so parsing caps {ceiling:.0f} PDFs/s "
@@ -157,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "ratios": ratio_rows,
         "upload_rss": upload,
+        "sse": sse,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{stamp}.json"
