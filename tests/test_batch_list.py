@@ -88,7 +88,7 @@ async def test_list_is_newest_first_paged_and_names_are_sanitised(api: httpx.Asy
 
 
 @pytest.mark.parametrize(
-    "cursor", ["garbage!", "WyJ4IiwgImEiXQ", "WzEsIDJd", "eyJhIjogMX0", "W10", "x" * 600]
+    "cursor", ["garbage", "WyJ4IiwgImEiXQ", "WzEsIDJd", "eyJhIjogMX0", "W10", "x" * 600]
 )
 async def test_a_cursor_we_did_not_hand_out_is_refused(api: httpx.AsyncClient, cursor: str) -> None:
     response = await api.get("/v1/batches", params={"cursor": cursor}, headers=SOLO)

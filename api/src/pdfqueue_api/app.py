@@ -208,7 +208,9 @@ def _add_routes(app: FastAPI) -> None:
         request: Request,
         tenant: Tenant,
         service: Service,
-        name: Annotated[str | None, Query(max_length=1024)] = None,
+        # No constraint, hence no validation answer to document besides a body's 422: any
+        # name is accepted, then sanitised and cut (display only).
+        name: str | None = None,
     ) -> BatchCreated:
         """Upload a ZIP of PDFs (raw `application/zip` body, or multipart field `file`).
 
@@ -238,7 +240,7 @@ def _add_routes(app: FastAPI) -> None:
     async def list_batches(
         tenant: Tenant,
         service: Service,
-        cursor: Annotated[str | None, Query(max_length=512)] = None,
+        cursor: Annotated[str | None, Query(max_length=512, pattern="^[A-Za-z0-9_-]+$")] = None,
         limit: Annotated[int, Query(ge=1, le=100)] = 20,
     ) -> BatchPage:
         """This tenant's batches, newest first; pass `next_cursor` back as `cursor` for more."""
