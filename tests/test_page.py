@@ -131,6 +131,23 @@ async def test_page_follows_an_upload_to_its_report(
     assert listed[0] == path.name
     assert await browser.js("location.pathname") == "/"
 
+    # On a phone: one column, nothing wider than the screen.
+    await browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=390,
+        height=844,
+        deviceScaleFactor=1,
+        mobile=True,
+    )
+    await browser.js(
+        f"history.pushState(null, '', '/batches/{batch_id}');"
+        "dispatchEvent(new PopStateEvent('popstate'))"
+    )
+    await until(browser, "document.getElementById('status').textContent === 'COMPLETED'")
+    await until(browser, "document.querySelectorAll('#files tbody tr').length > 0")
+    assert await browser.js("document.documentElement.scrollWidth") <= 390
+    await screenshot(browser, "page-phone.png")
+
     assert await browser.js("window.__violations") == []
     errors = [line for line in browser.console if "error" in line.lower()]
     assert [e for e in errors if not e.endswith("/favicon.ico")] == []
