@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import re
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from browser import ROOT, DevTools
 from helpers import ACME, ACME_TOKEN, MakeCorpus, RunWorker, eventually
 
 DOCS = ROOT / "docs"
+UPDATE_SCREENSHOTS = os.environ.get("PDFQUEUE_UPDATE_SCREENSHOTS") == "1"
+"""Save the screenshots over the README's (docs/); otherwise they go to the test's tmp dir."""
 
 
 async def until(browser: DevTools, expression: str) -> object:
@@ -24,9 +27,9 @@ async def until(browser: DevTools, expression: str) -> object:
     return value
 
 
-async def screenshot(browser: DevTools, name: str) -> None:
+async def screenshot(browser: DevTools, folder: Path, name: str) -> None:
     shot = await browser.call("Page.captureScreenshot", format="png")
-    (DOCS / name).write_bytes(base64.b64decode(shot["data"]))
+    (folder / name).write_bytes(base64.b64decode(shot["data"]))
 
 
 async def set_file(browser: DevTools, selector: str, path: Path) -> None:
@@ -46,6 +49,7 @@ async def test_page_follows_an_upload_to_its_report(
     run_worker: RunWorker,
     tmp_path: Path,
 ) -> None:
+    shots = DOCS if UPDATE_SCREENSHOTS else tmp_path
     corpus, path = await make_corpus(150, seed=41)
     expected = corpus.counts()
     await browser.call(
@@ -72,7 +76,7 @@ async def test_page_follows_an_upload_to_its_report(
         "document.getElementById('status').textContent === 'PROCESSING'"
         " && document.getElementById('proc').value >= 20",
     )
-    await screenshot(browser, "page-running.png")
+    await screenshot(browser, shots, "page-running.png")
     await until(browser, "document.getElementById('status').textContent === 'COMPLETED'")
     await worker
     rows = await browser.js(
@@ -103,7 +107,7 @@ async def test_page_follows_an_upload_to_its_report(
         "[...document.querySelectorAll('#files tbody tr')].map((r) => r.cells[3].textContent)"
     )
     assert all(a and "could not be processed" not in a for a in advice), advice
-    await screenshot(browser, "page-done.png")
+    await screenshot(browser, shots, "page-done.png")
 
     # The CSV the page downloads is the API's.
     downloads = tmp_path / "downloads"
@@ -146,7 +150,7 @@ async def test_page_follows_an_upload_to_its_report(
     await until(browser, "document.getElementById('status').textContent === 'COMPLETED'")
     await until(browser, "document.querySelectorAll('#files tbody tr').length > 0")
     assert await browser.js("document.documentElement.scrollWidth") <= 390
-    await screenshot(browser, "page-phone.png")
+    await screenshot(browser, shots, "page-phone.png")
 
     assert await browser.js("window.__violations") == []
     errors = [line for line in browser.console if "error" in line.lower()]
