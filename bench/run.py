@@ -18,6 +18,8 @@ from bench import corpus, report
 from bench.documents import Density
 from bench.peer import run_peer
 from bench.pipeline import Bench, run_config
+from bench.sse import line as sse_line
+from bench.sse import run_sse
 from bench.upload_rss import run_upload_rss
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -48,6 +50,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-upload-rss", action="store_true", help="skip the big-upload RSS test")
     p.add_argument("--upload-mb", type=int, default=500, help="size of the big upload (500)")
     p.add_argument("--seed", type=int, default=1, help="corpus seed (1)")
+    p.add_argument("--sse-clients", type=int, default=500, help="event streams (500)")
+    p.add_argument("--sse-files", type=int, default=3000, help="PDFs of the SSE batch (3000)")
+    p.add_argument("--skip-sse", action="store_true", help="skip the event-stream test")
+    p.add_argument("--only-sse", action="store_true", help="run only the event-stream test")
     p.add_argument(
         "--timeout-per-pdf", type=float, default=0.5, help="s per PDF on top of 120 s (0.5)"
     )
@@ -125,27 +131,45 @@ def paired_runs(
     return out
 
 
+def prepare_corpora(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
+    """Build (or find cached) every corpus of the run; the parse cost of each density."""
+    parse = {}
+    for density in args.densities:
+        for n in sizes:
+            corpus.corpus(n, args.seed, density)
+        planned = corpus.corpus(args.sizes[0], args.seed, density)[0]
+        parse[density.value] = corpus.parse_cost_ms(planned, args.seed, density)
+        print(f"parse cost per clean {density} PDF, one core: {parse[density.value]}")
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    sizes = [] if args.only_sse else args.sizes
+    args.skip_upload_rss = args.skip_upload_rss or args.only_sse
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     bench = Bench.from_environ(stamp.lower(), corpus.CACHE / f"logs-{stamp}")
     print(
         f"bench {stamp}: logs in {bench.log_dir}, objects under s3://{bench.bucket}/{bench.prefix}"
     )
     asyncio.run(bench.prepare())
-    parse = {}
-    for density in args.densities:
-        for n in args.sizes:
-            corpus.corpus(n, args.seed, density)
-        planned = corpus.corpus(args.sizes[0], args.seed, density)[0]
-        parse[density.value] = corpus.parse_cost_ms(planned, args.seed, density)
-        print(f"parse cost per clean {density} PDF, one core: {parse[density.value]}")
+    parse = prepare_corpora(args, sizes)
 
     runs: list[dict[str, Any]] = []
     upload: dict[str, Any] | None = None
+    sse: dict[str, Any] | None = None
     try:
+        if not args.skip_sse:
+            sse = _guarded(
+                f"SSE, {args.sse_clients} streams",
+                run_sse,
+                bench,
+                args.sse_clients,
+                args.sse_files,
+                args.seed,
+            )
         for density in args.densities:
-            for n in args.sizes:
+            for n in sizes:
                 for w in args.workers:
                     for p in procs_for(w, args.extract_procs):
                         runs += paired_runs(bench, args, n, (w, p), density)
@@ -167,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(runs))
     print()
     print(report.ratio_lines(ratio_rows, upload))
+    if sse and "clients" in sse:
+        print(sse_line(sse))
     for density, cost in parse.items():
         ceiling = (os.cpu_count() or 1) * 1000 / cost["mean_ms"]
         print(
@@ -186,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "ratios": ratio_rows,
         "upload_rss": upload,
+        "sse": sse,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{stamp}.json"

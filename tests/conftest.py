@@ -24,7 +24,8 @@ from pdfqueue.storage import Storage
 REQUIRED_ENV = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
 
 # The session-wide Kubernetes control plane (fixture `kube_cluster`), shared by every test module.
-pytest_plugins = ["kubefix", "kube_env"]  # kube_env: PdfBatches and the operator
+pytest_plugins = ["kubefix", "kube_env", "browser"]  # kube_env: PdfBatches and the operator;
+# browser: the API on a real port, and headless Chromium
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -21,6 +21,9 @@ KNOWN = {
     ("GET", "/v1/batches/{batch_id}"),
     ("DELETE", "/v1/batches/{batch_id}"),
     ("GET", "/v1/batches/{batch_id}/files"),
+    ("GET", "/v1/batches"),
+    ("GET", "/v1/batches/{batch_id}/files/page"),
+    ("GET", "/v1/batches/{batch_id}/events"),
 }
 """Operations that must be in the document; every operation it has is fuzzed, these and new."""
 CONFIG = schemathesis.Config.from_dict(
@@ -30,12 +33,19 @@ CONFIG = schemathesis.Config.from_dict(
                 # A schema cannot say "a ZIP": bytes that fit it but are not one get 422, as
                 # documented (429: a tenant's quota). Any other status is a rejected valid
                 # request.
-                "include-path": "/v1/batches",
-                "include-method": "POST",
+                # By operation id: a path and a method would also select GET /v1/batches.
+                "include-operation-id": "create_batch_v1_batches_post",
                 "checks": {
                     "positive_data_acceptance": {"expected-statuses": ["202", "401", "422", "429"]}
                 },
-            }
+            },
+            {
+                # Nor can it say "a cursor this API handed out": any other one gets 400.
+                "include-operation-id": "list_batches_v1_batches_get",
+                "checks": {
+                    "positive_data_acceptance": {"expected-statuses": ["200", "400", "401"]}
+                },
+            },
         ]
     }
 )

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
 from pdfqueue import metrics
+from pdfqueue.advice import ADVICE
 from pdfqueue.csvsafe import csv_line
 from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
@@ -24,6 +26,7 @@ from pdfqueue.errors import (
     BatchNotFound,
     DirectoryTooLarge,
     InvalidBatchId,
+    InvalidCursor,
     NotAZipArchive,
     PdfQueueError,
     QuotaExceeded,
@@ -31,12 +34,22 @@ from pdfqueue.errors import (
 )
 from pdfqueue.gauges import QueueGauges
 from pdfqueue.keys import BATCH_ID_PATTERN
-from pdfqueue.models import BatchSummary, FileResult
+from pdfqueue.models import (
+    TERMINAL,
+    BatchPage,
+    BatchSummary,
+    FilePage,
+    FileQuery,
+    FileResult,
+    FileSort,
+    Outcome,
+)
 from pdfqueue.queue import check_durability
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue_api.auth import require_tenant
+from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, event_id
 from pdfqueue_api.headers import SecurityHeadersMiddleware
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
@@ -54,6 +67,19 @@ class BatchCreated(BaseModel):
     status_url: str
 
 
+class ReportPage(BaseModel):
+    """Query parameters of the paged report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Outcome | Literal["ignored"] | None = None
+    reason: str | None = Field(default=None, max_length=200)
+    search: str | None = Field(default=None, max_length=200, description="part of the name")
+    sort: FileSort = "index"
+    offset: int = Field(default=0, ge=0, le=10_000_000)
+    limit: int = Field(default=50, ge=1, le=500)
+
+
 class Problem(BaseModel):
     """Every error answer: what went wrong, in words."""
 
@@ -61,6 +87,7 @@ class Problem(BaseModel):
 
 
 ERRORS = {
+    400: "A malformed parameter (a cursor this API did not hand out).",
     401: "Missing or unknown bearer token.",
     404: "Unknown batch, or another tenant's.",
     413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
@@ -117,9 +144,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         gauges = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
         gauges.start()
+        app.state.feed = BatchFeed(
+            app.state.service.read, settings.events_interval_s, settings.max_event_streams
+        )
+        app.state.feed.start()
         try:
             yield
         finally:
+            await app.state.feed.stop()
             await gauges.stop()
             if publisher is not None:
                 await publisher.close()
@@ -176,20 +208,47 @@ def _add_routes(app: FastAPI) -> None:
             }
         },
     )
-    async def create_batch(request: Request, tenant: Tenant, service: Service) -> BatchCreated:
-        """Upload a ZIP of PDFs (raw `application/zip` body, or multipart field `file`)."""
+    async def create_batch(
+        request: Request,
+        tenant: Tenant,
+        service: Service,
+        # No constraint, hence no validation answer to document besides a body's 422: any
+        # name is accepted, then sanitised and cut (display only).
+        name: str | None = None,
+    ) -> BatchCreated:
+        """Upload a ZIP of PDFs (raw `application/zip` body, or multipart field `file`).
+
+        The file's name, shown in the batch list, is the multipart part's `filename`, or for
+        a raw body `?name=` or the `X-Filename` header; display only (cut to 200 characters,
+        control characters removed).
+        """
         limit = service.settings.max_upload_bytes
         declared = int(request.headers.get("content-length") or 0)
         if declared > limit:
             raise ArchiveTooLarge(limit)
-        decode = _body_decoder(request.headers.get("content-type", ""))
+        decode, form = _body_decoder(request.headers.get("content-type", ""))
+        given = name or request.headers.get("x-filename")
+
+        def file_name() -> str | None:
+            return form.filename if form is not None and form.filename else given
+
         async with service.admitted(tenant, declared) as admission:  # 429 before any byte
             body = decode(admission.meter(request.stream()))
-            batch_id = await service.create(tenant, body, batch_id=admission.ticket)
+            batch_id = await service.create(tenant, body, batch_id=admission.ticket, name=file_name)
         base = service.settings.public_url or str(request.base_url)
         return BatchCreated(
             batch_id=batch_id, status_url=f"{base.rstrip('/')}/v1/batches/{batch_id}"
         )
+
+    @app.get("/v1/batches", response_model=BatchPage, responses=errors(400, 401, 503))
+    async def list_batches(
+        tenant: Tenant,
+        service: Service,
+        cursor: Annotated[str | None, Query(max_length=512, pattern="^[A-Za-z0-9_-]+$")] = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    ) -> BatchPage:
+        """This tenant's batches, newest first; pass `next_cursor` back as `cursor` for more."""
+        return await service.batches(tenant, cursor, limit)
 
     @app.get("/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503))
     async def get_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
@@ -228,6 +287,47 @@ def _add_routes(app: FastAPI) -> None:
             )
         return StreamingResponse(_json(first, rows), media_type="application/json")
 
+    @app.get(
+        "/v1/batches/{batch_id}/files/page",
+        response_model=FilePage,
+        responses=errors(401, 404, 503),
+    )
+    async def batch_files_page(
+        batch_id: str, tenant: Tenant, service: Service, page: Annotated[ReportPage, Query()]
+    ) -> FilePage:
+        """One page of the per-file report: filter by outcome and reason, search by name."""
+        query = FileQuery(**page.model_dump())
+        return await service.file_page(tenant, batch_id, query)
+
+    @app.get(
+        "/v1/batches/{batch_id}/events",
+        responses={
+            200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
+            204: {"description": "The client already saw the batch's terminal state."},
+            **errors(401, 404, 503),
+        },
+    )
+    async def batch_events(
+        batch_id: str, request: Request, tenant: Tenant, service: Service
+    ) -> Response:
+        """Server-Sent Events: `status` events (a BatchSummary each) until a terminal state.
+
+        Each event's id names the state; reconnecting with `Last-Event-ID` skips the state
+        already seen, and once the batch has ended and been seen the answer is 204.
+        """
+        feed: BatchFeed = request.app.state.feed
+        first = await service.get(tenant, batch_id)
+        last_seen = request.headers.get("last-event-id", "")[:MAX_EVENT_ID] or None
+        if first.status in TERMINAL and last_seen == event_id(first):
+            return Response(status_code=status.HTTP_204_NO_CONTENT)
+        if feed.streams >= feed.max_streams:
+            raise ServiceUnavailable("events", "too many open event streams")
+        return StreamingResponse(
+            feed.stream(first, last_seen),
+            media_type="text/event-stream",
+            headers={"X-Accel-Buffering": "no"},
+        )
+
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -260,18 +360,33 @@ def _add_routes(app: FastAPI) -> None:
     _add_page(app)
 
 
-ASSETS = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
-"""The page's own style and script: served here, so its CSP needs nothing inline or remote."""
+ASSETS = {
+    "page.css": "text/css; charset=utf-8",
+    "page.js": "text/javascript; charset=utf-8",
+    "advice.json": "application/json",
+}
+"""The page's own style, script and reason table: served here, so its CSP needs nothing
+inline or remote."""
 
 
 def _add_page(app: FastAPI) -> None:
     package = resources.files("pdfqueue_api")
     page = package.joinpath("page.html").read_text()
-    assets = {name: package.joinpath("static", name).read_bytes() for name in ASSETS}
+    assets = {
+        name: package.joinpath("static", name).read_bytes()
+        for name in ASSETS
+        if name != "advice.json"
+    }
+    assets["advice.json"] = json.dumps(ADVICE).encode()
 
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
-        return HTMLResponse(page)
+        return HTMLResponse(page.replace("%ROOT%", ""))
+
+    @app.get("/batches/{batch_id}", include_in_schema=False)
+    async def batch_page(batch_id: str) -> HTMLResponse:
+        """The same page; its script shows the batch named in the URL (so a reload resumes)."""
+        return HTMLResponse(page.replace("%ROOT%", "../"))
 
     @app.get("/static/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:
@@ -282,13 +397,17 @@ def _add_page(app: FastAPI) -> None:
         )
 
 
-def _body_decoder(content_type: str) -> Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]]:
-    """How to get the ZIP's bytes out of a body of this type (415 for any other type)."""
+def _body_decoder(
+    content_type: str,
+) -> tuple[Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]], FormFileReader | None]:
+    """How to get the ZIP's bytes out of a body of this type (415 for any other type), and
+    the multipart reader when there is one (it learns the file's name)."""
     media_type = content_type.split(";", maxsplit=1)[0].strip().lower()
     if media_type == "multipart/form-data":
-        return FormFileReader(content_type).file_chunks
+        reader = FormFileReader(content_type)
+        return reader.file_chunks, reader
     if media_type in ZIP_TYPES:
-        return lambda body: body
+        return (lambda body: body), None
     msg = f"send a ZIP as application/zip or multipart/form-data, not {media_type!r}"
     raise UnsupportedMediaType(msg)
 
@@ -316,6 +435,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": message}, status_code=code)
 
     by_type: list[tuple[type[Exception], int]] = [
+        (InvalidCursor, 400),
         (BatchNotFound, 404),
         (ArchiveTooLarge, 413),
         (DirectoryTooLarge, 413),

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TypeVar
 
 from asyncpg import InterfaceError, PostgresError
@@ -16,10 +20,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from pdfqueue import keys, tracing
-from pdfqueue.batches import cancel_batch, register_batch, settle
+from pdfqueue.batches import cancel_batch, read_batch, register_batch, settle
 from pdfqueue.db import Database
-from pdfqueue.errors import BatchNotFound, ServiceUnavailable
-from pdfqueue.models import TERMINAL, BatchSummary, FileResult
+from pdfqueue.errors import BatchNotFound, InvalidCursor, ServiceUnavailable
+from pdfqueue.models import TERMINAL, BatchPage, BatchSummary, FilePage, FileQuery, FileResult
 from pdfqueue.queue import remove
 from pdfqueue.quotas import Admission, Quotas
 from pdfqueue.settings import Settings
@@ -27,7 +31,7 @@ from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue.zipdir import DirectoryLimits
 from pdfqueue_api.kube import PdfBatchPublisher
-from pdfqueue_api.upload import store_upload
+from pdfqueue_api.upload import display_name, store_upload
 
 log = logging.getLogger(__name__)
 DEPENDENCY_TIMEOUT_S = 2.0
@@ -76,9 +80,17 @@ class BatchService:
         await _guard("postgresql", self.db.check())
 
     async def create(
-        self, tenant: str, chunks: AsyncIterator[bytes], batch_id: str | None = None
+        self,
+        tenant: str,
+        chunks: AsyncIterator[bytes],
+        batch_id: str | None = None,
+        name: Callable[[], str | None] = lambda: None,
     ) -> str:
-        """Store the ZIP, create the batch, enqueue `ingest`; undo it all on any failure."""
+        """Store the ZIP, create the batch, enqueue `ingest`; undo it all on any failure.
+
+        `name` gives the uploaded file's name once the body is read (a multipart body
+        names it in its part's headers); it is sanitised here.
+        """
         await self.ping()
         batch_id = batch_id or uuid.uuid4().hex
         tracing.annotate(batch_id=batch_id)
@@ -92,7 +104,7 @@ class BatchService:
             directory_limits=DirectoryLimits.from_settings(self.settings),
         )
         try:
-            await self._register(batch_id, tenant, key)
+            await self._register(batch_id, tenant, key, display_name(name()))
         except BaseException:
             await asyncio.shield(self._undo(batch_id, key))
             raise
@@ -101,7 +113,7 @@ class BatchService:
             await self.publisher.publish(batch_id, self.storage.url(key), tenant)
         return batch_id
 
-    async def _register(self, batch_id: str, tenant: str, key: str) -> None:
+    async def _register(self, batch_id: str, tenant: str, key: str, file_name: str | None) -> None:
         await _guard(
             "queue",
             register_batch(
@@ -112,6 +124,7 @@ class BatchService:
                 batch_id=batch_id,
                 tenant=tenant,
                 source_key=key,
+                file_name=file_name,
             ),
         )
 
@@ -158,6 +171,58 @@ class BatchService:
         trusted = tenant in self.settings.trusted_tenants
         async for row in self.db.iter_files(batch_id):
             yield row if trusted else row.model_copy(update=HIDDEN_FROM_TENANTS)
+
+    async def batches(self, tenant: str, cursor: str | None, limit: int) -> BatchPage:
+        """`tenant`'s batches newest first; running ones show their live counters."""
+        before = decode_cursor(cursor) if cursor else None
+        rows = await _guard(
+            "postgresql", self.db.list_batches(tenant, before=before, limit=limit + 1)
+        )
+        page = [await self._live(row) for row in rows[:limit]]
+        more = len(rows) > limit
+        return BatchPage(batches=page, next_cursor=encode_cursor(page[-1]) if more else None)
+
+    async def _live(self, row: BatchSummary) -> BatchSummary:
+        if row.status in TERMINAL:
+            return row
+        live = await _guard("redis", self.state.read(row.batch_id))
+        return live[0].model_copy(update={"file_name": row.file_name}) if live else row
+
+    async def file_page(self, tenant: str, batch_id: str, query: FileQuery) -> FilePage:
+        """One page of the report, filtered and sorted in PostgreSQL (an index each)."""
+        await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
+        total, rows = await _guard("postgresql", self.db.file_page(batch_id, query))
+        reasons = await _guard("postgresql", self.db.reason_counts(batch_id))
+        if tenant not in self.settings.trusted_tenants:
+            rows = [row.model_copy(update=HIDDEN_FROM_TENANTS) for row in rows]
+        return FilePage(
+            total=total, offset=query.offset, limit=query.limit, files=rows, reasons=reasons
+        )
+
+    async def read(self, batch_id: str) -> BatchSummary | None:
+        """A batch's state for the event feed (the tenant was checked when the stream opened)."""
+        return await _guard("redis", read_batch(self.db, self.state, batch_id))
+
+
+def encode_cursor(last: BatchSummary) -> str:
+    """An opaque cursor after `last`: its creation time and id."""
+    raw = json.dumps([last.created_at.isoformat(), last.batch_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """(created_at, batch id) of a cursor we handed out; InvalidCursor for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, batch_id = json.loads(raw)
+        if not isinstance(batch_id, str) or len(batch_id) > 128:
+            raise InvalidCursor
+        when = datetime.fromisoformat(created)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise InvalidCursor from exc
+    if when.tzinfo is None:
+        raise InvalidCursor
+    return when, batch_id
 
 
 async def _guard(service: str, awaitable: Awaitable[T]) -> T:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import AsyncIterator
 
 from python_multipart.exceptions import FormParserError
@@ -13,6 +14,20 @@ from pdfqueue.zipdir import DirectoryLimits, count_entries
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a first member, or an empty archive
 ZIP_TYPES = {"application/zip", "application/x-zip-compressed", "application/octet-stream"}
+
+
+MAX_NAME_CHARS = 200
+"""The uploaded file's name is display-only: longer names are cut."""
+
+
+def display_name(raw: str | None) -> str | None:
+    """The uploaded file's name fit for display: its last path part, without control or
+    format characters (newlines, bidi overrides), at most MAX_NAME_CHARS; None if empty."""
+    if not raw:
+        return None
+    last = raw.replace("\\", "/").rsplit("/", maxsplit=1)[-1]
+    kept = "".join(c for c in last if not unicodedata.category(c).startswith("C"))
+    return kept.strip()[:MAX_NAME_CHARS].strip() or None
 
 
 class UnsupportedMediaType(Exception):
@@ -31,6 +46,8 @@ class FormFileReader:
         self.pending = bytearray()
         self.in_file = False
         self.seen_file = False
+        self.filename: str | None = None
+        """The file field's `filename`, as the client sent it (unsanitised)."""
         self._header_name = b""
         self._header_value = b""
         self._disposition = b""
@@ -65,6 +82,8 @@ class FormFileReader:
         _, params = parse_options_header(self._disposition)
         self.in_file = params.get(b"name") == b"file" and not self.seen_file
         self.seen_file = self.seen_file or self.in_file
+        if self.in_file and b"filename" in params:
+            self.filename = params[b"filename"].decode("utf-8", errors="replace")
 
     def _data(self, data: bytes, start: int, end: int) -> None:
         if self.in_file:

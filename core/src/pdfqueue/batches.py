@@ -22,6 +22,7 @@ async def register_batch(
     tenant: str,
     source_key: str,
     pdfbatch_uid: str | None = None,
+    file_name: str | None = None,
 ) -> BatchSummary:
     """Create the durable row and the live state and enqueue `ingest`, each only once.
 
@@ -30,13 +31,15 @@ async def register_batch(
     An existing row with another tenant, source or PdfBatch raises BatchConflict: live state
     only ever carries the tenant PostgreSQL holds.
     """
-    row = await db.create_batch(batch_id, tenant, source_key, pdfbatch_uid=pdfbatch_uid)
+    row = await db.create_batch(
+        batch_id, tenant, source_key, pdfbatch_uid=pdfbatch_uid, file_name=file_name
+    )
     if (row.tenant, row.source_key, row.pdfbatch_uid) != (tenant, source_key, pdfbatch_uid):
         raise BatchConflict(batch_id)
     summary = row.summary
     if summary.status in TERMINAL:
         return summary
-    created = await state.create(batch_id, row.tenant, summary.created_at)
+    created = await state.create(batch_id, row.tenant, summary.created_at, summary.file_name)
     job = Job(keys.ingest_job(batch_id), "ingest", {"batch_id": batch_id, "source": source_key})
     await enqueue(redis, queue_name, [job])
     if created:

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from importlib import resources
 from typing import Any
 
 import asyncpg
 
-from pdfqueue.models import COUNTERS, BatchStatus, BatchSummary, FileRef, FileResult, Outcome
+from pdfqueue.models import (
+    COUNTERS,
+    BatchStatus,
+    BatchSummary,
+    FileQuery,
+    FileRef,
+    FileResult,
+    Outcome,
+    ReasonCount,
+)
 
 MIGRATIONS_LOCK = 0x70646671  # "pdfq": serializes concurrent `pdfqueue migrate` runs
 
@@ -102,18 +112,26 @@ class Database:
 
     # --- batches --------------------------------------------------------------------------
     async def create_batch(
-        self, batch_id: str, tenant: str, source_key: str, *, pdfbatch_uid: str | None = None
+        self,
+        batch_id: str,
+        tenant: str,
+        source_key: str,
+        *,
+        pdfbatch_uid: str | None = None,
+        file_name: str | None = None,
     ) -> BatchRow:
         """Insert the batch, or return the existing row unchanged (whoever it belongs to)."""
         row = await self.pool.fetchrow(
-            "INSERT INTO pdfqueue_batches (id, tenant, source_key, status, pdfbatch_uid)"
-            " VALUES ($1, $2, $3, $4, $5)"
+            "INSERT INTO pdfqueue_batches"
+            " (id, tenant, source_key, status, pdfbatch_uid, file_name)"
+            " VALUES ($1, $2, $3, $4, $5, $6)"
             " ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id RETURNING *",
             batch_id,
             tenant,
             source_key,
             BatchStatus.PENDING.value,
             pdfbatch_uid,
+            file_name,
         )
         return _batch_row(row)
 
@@ -142,6 +160,24 @@ class Database:
             "SELECT pdfbatch_uid FROM pdfqueue_batches WHERE id = $1", batch_id
         )
         return uid
+
+    async def list_batches(
+        self, tenant: str, *, before: tuple[datetime, str] | None, limit: int
+    ) -> list[BatchSummary]:
+        """`tenant`'s batches newest first, those strictly older than `before` (created, id).
+
+        Counters of unfinished batches are those of the row (zero until final): callers
+        overlay the live state.
+        """
+        after_clause = " AND (created_at, id) < ($2, $3)" if before else ""
+        rows = await self.pool.fetch(
+            "SELECT * FROM pdfqueue_batches WHERE tenant = $1"
+            f"{after_clause} ORDER BY created_at DESC, id DESC LIMIT ${4 if before else 2}",
+            tenant,
+            *(before or ()),
+            limit,
+        )
+        return [_summary(r) for r in rows]
 
     async def active_batches(self, tenant: str, uploading: Sequence[str] = ()) -> int:
         """Batches of `tenant` not yet terminal, plus those of `uploading` without a row yet.
@@ -285,6 +321,31 @@ class Database:
                 yield r
             after = rows[-1].index
 
+    async def file_page(self, batch_id: str, query: FileQuery) -> tuple[int, list[FileResult]]:
+        """(rows matching the query's filters, the requested page of them)."""
+        where, args = _file_filters(batch_id, query)
+        total: int = await self.pool.fetchval(
+            f"SELECT count(*) FROM pdfqueue_files WHERE {where}", *args
+        )
+        rows = await self.pool.fetch(
+            "SELECT idx, name, outcome, reason, user_id, object_key, sha256 FROM pdfqueue_files"
+            f" WHERE {where} ORDER BY {_FILE_ORDER[query.sort]}"
+            f" OFFSET ${len(args) + 1} LIMIT ${len(args) + 2}",
+            *args,
+            query.offset,
+            query.limit,
+        )
+        files = [FileResult(index=r["idx"], **{k: r[k] for k in _FILE_COLUMNS}) for r in rows]
+        return total, files
+
+    async def reason_counts(self, batch_id: str) -> list[ReasonCount]:
+        rows = await self.pool.fetch(
+            "SELECT outcome, reason, count(*) AS n FROM pdfqueue_files WHERE batch_id = $1"
+            " GROUP BY outcome, reason ORDER BY outcome, reason NULLS FIRST",
+            batch_id,
+        )
+        return [ReasonCount(outcome=r["outcome"], reason=r["reason"], files=r["n"]) for r in rows]
+
     # --- users (the host application's table) ------------------------------------------------
     async def users_by_email(self, emails: Sequence[str], *, batch_id: str) -> dict[str, UserRow]:
         """Users whose lower-cased email is one of `emails` (index `lower(email)` for speed),
@@ -382,6 +443,37 @@ SELECT outcome, reason FROM pdfqueue_files
 WHERE batch_id = $1 AND idx = $2 AND NOT EXISTS (SELECT 1 FROM ins)
 """
 
+_FILE_ORDER = {
+    "index": "idx",
+    "-index": "idx DESC",
+    "name": "name, idx",
+    "-name": "name DESC, idx DESC",
+    "outcome": "outcome, reason, idx",
+    "-outcome": "outcome DESC, reason DESC, idx DESC",
+}
+"""Each sort of FILE_SORTS as SQL (never built from input): each an index order (0003)."""
+
+
+def _file_filters(batch_id: str, query: FileQuery) -> tuple[str, list[Any]]:
+    """The WHERE clause of a report query and its arguments: only placeholders take input."""
+    clauses, args = ["batch_id = $1"], [batch_id]
+    if query.outcome is not None:
+        args.append(query.outcome)
+        clauses.append(f"outcome = ${len(args)}")
+    if query.reason is not None:
+        args.append(query.reason)
+        clauses.append(f"reason = ${len(args)}")
+    if query.search:
+        args.append("%" + _like_escape(query.search) + "%")
+        clauses.append(f"name ILIKE ${len(args)}")
+    return " AND ".join(clauses), args
+
+
+def _like_escape(text: str) -> str:
+    r"""`text` matched literally by LIKE: its `%`, `_` and `\` are escaped."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 _FILE_COLUMNS = ("name", "outcome", "reason", "user_id", "object_key", "sha256")
 
 
@@ -395,5 +487,6 @@ def _summary(row: Any) -> BatchSummary:
         error=row["error"],
         created_at=row["created_at"],
         completed_at=row["completed_at"],
+        file_name=row.get("file_name"),
         **{c: row[c] for c in COUNTERS},
     )

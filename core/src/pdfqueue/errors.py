@@ -62,6 +62,13 @@ class DirectoryTooLarge(ArchiveRejected):
     (HTTP 413): refused before anything is built per entry."""
 
 
+class InvalidCursor(PermanentError):
+    """A pagination cursor this API did not hand out (HTTP 400)."""
+
+    def __init__(self) -> None:
+        super().__init__("invalid cursor: pass back the next_cursor of a previous page")
+
+
 class SourceOutsideBucket(PermanentError):
     def __init__(self, source: str, bucket: str) -> None:
         super().__init__(f"source {source!r} is not inside the configured bucket {bucket!r}")

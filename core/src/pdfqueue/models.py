@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 
 class BatchStatus(StrEnum):
@@ -58,6 +58,41 @@ class BatchSummary(BaseModel):
     error: str | None = None
     created_at: datetime
     completed_at: datetime | None = None
+    file_name: str | None = None
+    """The uploaded file's name as its uploader gave it (sanitised, display only)."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from upload to the terminal state; null while the batch runs."""
+        if self.completed_at is None:
+            return None
+        return round((self.completed_at - self.created_at).total_seconds(), 3)
+
+
+class BatchPage(BaseModel):
+    """One page of a tenant's batches, newest first (`GET /v1/batches`)."""
+
+    batches: list[BatchSummary]
+    next_cursor: str | None
+    """Pass as `cursor` for the next page; null on the last page."""
+
+
+FileSort = Literal["index", "-index", "name", "-name", "outcome", "-outcome"]
+"""Orders of the paged report: a column, descending with a leading `-`."""
+
+
+@dataclass(frozen=True)
+class FileQuery:
+    """Which rows of a report to read: filters, order and the page."""
+
+    outcome: str | None = None
+    reason: str | None = None
+    search: str | None = None
+    """A substring of the file name, matched case-insensitively."""
+    sort: FileSort = "index"
+    offset: int = 0
+    limit: int = 50
 
 
 class FileResult(BaseModel):
@@ -73,3 +108,21 @@ class FileResult(BaseModel):
     object_key: str | None = None
     """Where the linked PDF is stored; null unless the tenant is in `PDFQUEUE_TRUSTED_TENANTS`."""
     sha256: str | None = None
+
+
+class ReasonCount(BaseModel):
+    outcome: str
+    reason: str | None
+    files: int
+
+
+class FilePage(BaseModel):
+    """One page of a batch's report (`GET /v1/batches/{id}/files/page`)."""
+
+    total: int
+    """Rows matching the filters, over all pages."""
+    offset: int
+    limit: int
+    files: list[FileResult]
+    reasons: list[ReasonCount]
+    """Every (outcome, reason) of the batch with its number of files: the filters' choices."""

@@ -157,6 +157,11 @@ class Settings(BaseSettings):
     """Base URL the API advertises in `status_url`; defaults to the request's own URL."""
     kubernetes_namespace: str | None = None
     """When set, the API also creates a `PdfBatch` object in this namespace for each upload."""
+    events_interval_s: float = Field(default=0.5, gt=0)
+    """How often the API reads each batch that event streams watch (once per batch, whatever
+    the number of streams) and sends the changes."""
+    max_event_streams: int = Field(default=2000, ge=1)
+    """Event streams one API process keeps open at once; more get 503."""
 
     # --- per-tenant quotas on uploads (429 with Retry-After; 0 turns a quota off) --------------
     quota_uploads_per_minute: int = Field(default=30, ge=0)

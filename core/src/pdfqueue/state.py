@@ -44,7 +44,9 @@ class BatchState:
     redis: Redis
     ttl_s: int
 
-    async def create(self, batch_id: str, tenant: str, created_at: datetime) -> bool:
+    async def create(
+        self, batch_id: str, tenant: str, created_at: datetime, file_name: str | None = None
+    ) -> bool:
         """Create live state for a new batch; existing state is left alone (returns False)."""
         key = keys.batch(batch_id)
         if not await self.redis.hsetnx(key, "status", BatchStatus.PENDING.value):  # type: ignore[misc]
@@ -56,6 +58,8 @@ class BatchState:
             "ignored": 0,
             **dict.fromkeys(COUNTERS, 0),
         }
+        if file_name:
+            fields["file_name"] = file_name
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=fields)
             pipe.expire(key, self.ttl_s)
@@ -74,6 +78,8 @@ class BatchState:
         }
         if summary.total_files is not None:
             fields["total_files"] = summary.total_files
+        if summary.file_name:
+            fields["file_name"] = summary.file_name
         if summary.status in TERMINAL:
             fields["completed_at"] = (summary.completed_at or utcnow()).isoformat()
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -161,6 +167,7 @@ class BatchState:
             error=h.get("error"),
             created_at=datetime.fromisoformat(h["created_at"]),
             completed_at=datetime.fromisoformat(h["completed_at"]) if "completed_at" in h else None,
+            file_name=h.get("file_name"),
             **{c: int(h.get(c, 0)) for c in COUNTERS},
         )
         return summary, h.get("tenant", "")

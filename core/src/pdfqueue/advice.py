@@ -1,0 +1,90 @@
+"""Every skip or failure reason in plain words, with what to do: read by the page and the CLI."""
+
+from __future__ import annotations
+
+ADVICE: dict[str, tuple[str, str]] = {
+    "no_email": (
+        "No email address found in the PDF.",
+        "Check the file is the right document; a scan needs a text layer (run OCR on it).",
+    ),
+    "no_text": (
+        "The PDF has no readable text.",
+        "It is probably a scan: run OCR on it, or ask for a text PDF.",
+    ),
+    "no_user": (
+        "The email found matches no user.",
+        "Create the user first, or correct the email in the document, then upload it again.",
+    ),
+    "already_linked": (
+        "The user already has another PDF.",
+        "Nothing was replaced: remove the user's current PDF first if this one should win.",
+    ),
+    "duplicate": (
+        "The same PDF was already linked to this user.",
+        "Nothing to do.",
+    ),
+    "encrypted": (
+        "The PDF is password-protected.",
+        "Ask for an unprotected copy.",
+    ),
+    "encrypted_member": (
+        "The ZIP entry is encrypted.",
+        "Zip the files again without a password.",
+    ),
+    "unreadable": (
+        "The PDF is damaged and could not be read.",
+        "Open it in a PDF viewer and save or print it again as PDF, or ask for a new copy.",
+    ),
+    "corrupt_member": (
+        "The ZIP entry is damaged.",
+        "Create the ZIP again and upload it.",
+    ),
+    "not_a_pdf": (
+        "The file is not a PDF.",
+        "Convert it to PDF, or leave it out of the ZIP.",
+    ),
+    "too_large": (
+        "The PDF is larger than allowed.",
+        "Compress it or split it, or ask the administrator to raise PDFQUEUE_MAX_PDF_BYTES.",
+    ),
+    "compression_ratio": (
+        "The entry unpacks to far more than its size, like a zip bomb.",
+        "Zip the files again with ordinary compression.",
+    ),
+    "unsupported_compression": (
+        "The ZIP entry uses a compression method that is not supported.",
+        "Zip the files again with standard (deflate) compression.",
+    ),
+    "unsafe_name": (
+        "The entry's name is unsafe (an absolute path, '..', or control characters).",
+        "Rename the file and zip it again.",
+    ),
+    "parser_crashed": (
+        "Reading the PDF crashed or used too much memory.",
+        "Save or print it again as PDF, then upload it again.",
+    ),
+    "timeout": (
+        "Reading the PDF took too long.",
+        "Upload it again; if it fails again, save it again as a simpler PDF.",
+    ),
+    "worker_lost": (
+        "The worker handling the file stopped.",
+        "Upload the file again (or retry the batch's failed files).",
+    ),
+}
+"""reason -> (what happened, what to do). A reason not listed is an internal one: retry."""
+
+FALLBACK = (
+    "The file could not be processed ({reason}).",
+    "Try again later; if it persists, tell the administrator.",
+)
+
+
+def advice(reason: str | None) -> tuple[str, str] | None:
+    """(what happened, what to do) for a reason; None for a file without one."""
+    if not reason:
+        return None
+    found = ADVICE.get(reason)
+    if found is not None:
+        return found
+    return FALLBACK[0].format(reason=reason), FALLBACK[1]

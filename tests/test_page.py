@@ -1,0 +1,158 @@
+"""The page in headless Chromium against a real API and workers: upload, live progress, report."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from browser import ROOT, DevTools
+from helpers import ACME, ACME_TOKEN, MakeCorpus, RunWorker, eventually
+
+DOCS = ROOT / "docs"
+UPDATE_SCREENSHOTS = os.environ.get("PDFQUEUE_UPDATE_SCREENSHOTS") == "1"
+"""Save the screenshots over the README's (docs/); otherwise they go to the test's tmp dir."""
+
+
+async def until(browser: DevTools, expression: str) -> object:
+    """Poll a JS expression until it is truthy; the test's timeout bounds the wait."""
+    while not (value := await browser.js(expression)):
+        assert await browser.js("document.getElementById('error').textContent") == ""
+        await asyncio.sleep(0.05)
+    return value
+
+
+async def screenshot(browser: DevTools, folder: Path, name: str) -> None:
+    shot = await browser.call("Page.captureScreenshot", format="png")
+    (folder / name).write_bytes(base64.b64decode(shot["data"]))
+
+
+async def set_file(browser: DevTools, selector: str, path: Path) -> None:
+    document = await browser.call("DOM.getDocument")
+    node = await browser.call(
+        "DOM.querySelector", nodeId=document["root"]["nodeId"], selector=selector
+    )
+    await browser.call("DOM.setFileInputFiles", nodeId=node["nodeId"], files=[str(path)])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.settings(pdfs_per_job=2, worker_max_jobs=1)  # slow enough to be seen running
+async def test_page_follows_an_upload_to_its_report(
+    served: str,
+    browser: DevTools,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    tmp_path: Path,
+) -> None:
+    shots = DOCS if UPDATE_SCREENSHOTS else tmp_path
+    corpus, path = await make_corpus(150, seed=41)
+    expected = corpus.counts()
+    await browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=1000,
+        height=1250,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
+    await browser.call("Page.navigate", url=f"{served}/")
+    await browser.wait_for("Page.loadEventFired")
+    await browser.js(f"document.getElementById('token').value = {json.dumps(ACME_TOKEN)}")
+    await set_file(browser, "#file", path)
+    await browser.js("document.getElementById('go').click()")
+    path_now = await until(
+        browser, "/^\\/batches\\/[0-9a-f]{32}$/.test(location.pathname) && location.pathname"
+    )
+    batch_id = str(path_now).rsplit("/", 1)[1]
+    await until(browser, f"document.getElementById('batch').textContent === '{batch_id}'")
+
+    worker = asyncio.create_task(run_worker())
+    await until(  # live: the bar moves while the batch runs
+        browser,
+        "document.getElementById('status').textContent === 'PROCESSING'"
+        " && document.getElementById('proc').value >= 20",
+    )
+    await screenshot(browser, shots, "page-running.png")
+    await until(browser, "document.getElementById('status').textContent === 'COMPLETED'")
+    await worker
+    rows = await browser.js(
+        "Object.fromEntries([...document.querySelectorAll('#counts tr')]"
+        ".map((r) => [r.cells[0].textContent, Number(r.cells[1].textContent)]))"
+    )
+    assert rows["linked"] == expected["linked"]
+    assert rows["skipped: no match"] == expected["skipped_no_match"]
+    assert rows["skipped: already linked"] == expected["skipped_already_exists"]
+    assert rows["failed"] == expected["failed"]
+    assert rows["processed"] == rows["files"] == 150
+    assert "in " in await browser.js("document.getElementById('rate').textContent")
+
+    # The table, filtered on the server to the failed files, each with words of advice.
+    await browser.js(
+        "const f = document.getElementById('fOutcome'); f.value = 'failed';"
+        "f.dispatchEvent(new Event('input', {bubbles: true}))"
+    )
+    await until(
+        browser,
+        f"document.getElementById('pageInfo').textContent.endsWith('of {expected['failed']}')",
+    )
+    outcomes = await browser.js(
+        "[...document.querySelectorAll('#files tbody tr')].map((r) => r.cells[2].textContent)"
+    )
+    assert outcomes == ["failed"] * min(expected["failed"], 50)
+    advice = await browser.js(
+        "[...document.querySelectorAll('#files tbody tr')].map((r) => r.cells[3].textContent)"
+    )
+    assert all(a and "could not be processed" not in a for a in advice), advice
+    await screenshot(browser, shots, "page-done.png")
+
+    # The CSV the page downloads is the API's.
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    await browser.call("Page.setDownloadBehavior", behavior="allow", downloadPath=str(downloads))
+    await browser.js("document.getElementById('csv').click()")
+    saved = downloads / f"{batch_id}.csv"
+    await eventually(saved.exists)
+    async with httpx.AsyncClient(base_url=served, headers=ACME) as http:
+        api_csv = (
+            await http.get(f"/v1/batches/{batch_id}/files", params={"format": "csv"})
+        ).content
+    await eventually(lambda: saved.read_bytes() == api_csv)
+
+    # A reload resumes the same batch; the list has it, with its file name.
+    await browser.call("Page.reload")
+    await browser.wait_for("Page.loadEventFired")
+    await until(browser, "document.getElementById('status').textContent === 'COMPLETED'")
+    assert await browser.js("document.getElementById('batch').textContent") == batch_id
+    await browser.js("document.getElementById('back').click()")
+    listed = await until(
+        browser,
+        "[...document.querySelectorAll('#batches tbody tr')].map((r) => r.cells[0].textContent)",
+    )
+    assert listed[0] == path.name
+    assert await browser.js("location.pathname") == "/"
+
+    # On a phone: one column, nothing wider than the screen.
+    await browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=390,
+        height=844,
+        deviceScaleFactor=1,
+        mobile=True,
+    )
+    await browser.js(
+        f"history.pushState(null, '', '/batches/{batch_id}');"
+        "dispatchEvent(new PopStateEvent('popstate'))"
+    )
+    await until(browser, "document.getElementById('status').textContent === 'COMPLETED'")
+    await until(browser, "document.querySelectorAll('#files tbody tr').length > 0")
+    assert await browser.js("document.documentElement.scrollWidth") <= 390
+    await screenshot(browser, shots, "page-phone.png")
+
+    assert await browser.js("window.__violations") == []
+    errors = [line for line in browser.console if "error" in line.lower()]
+    assert [e for e in errors if not e.endswith("/favicon.ico")] == []
+    assert re.fullmatch(r"[0-9a-f]{32}", batch_id)
