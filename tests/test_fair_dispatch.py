@@ -203,3 +203,17 @@ async def test_cancel_drops_pending_work_and_a_cancelled_batch_registers_nothing
     await redis.zrem(settings.queue_name, keys.process_job(batch_id, 0))
     assert await dispatcher.dispatch() == 0
     assert await redis.zcard(settings.queue_name) == 0
+
+
+async def test_a_retry_waiting_out_its_backoff_holds_no_slot(
+    redis: Redis, settings: Settings
+) -> None:
+    dispatcher = Dispatcher(redis, settings.queue_name, window=1, window_floor=1)
+    batch_id = uuid.uuid4().hex
+    await redis.hset(keys.batch(batch_id), mapping={"status": "PROCESSING", "tenant": "acme"})
+    await dispatcher.register(batch_id, "acme", _jobs(batch_id, 3), chunk=100)
+    assert await dispatcher.dispatch() == 1
+    first = keys.process_job(batch_id, 0)
+    await redis.zincrby(settings.queue_name, 60_000, first)  # arq's retry: re-scored a minute on
+    assert await dispatcher.dispatch() == 1  # its slot serves another job meanwhile
+    assert await redis.zscore(settings.queue_name, first) is not None  # and it stays queued

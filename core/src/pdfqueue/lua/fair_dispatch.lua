@@ -5,7 +5,8 @@
 -- What is in flight is derived from arq's own state, never counted up and down: a released
 -- job stays in the queue's sorted set while it is ready, running or waiting for a retry, and
 -- arq removes it when it finishes. So each call first forgets released jobs no longer in the
--- set; a job whose worker was killed keeps its slot until arq reruns and finishes it.
+-- set; a job whose worker was killed keeps its slot until arq reruns and finishes it. A retry
+-- waiting out its backoff (scored in the future) holds no slot until it is due again.
 --
 -- KEYS[1] the arq queue. ARGV: key prefix, job-key prefix, result-key prefix, job expiry ms,
 -- now ms, window, tenant window, batch window, quantum (PDFs), a job id that is finishing
@@ -60,16 +61,19 @@ end
 local in_batch, in_tenant, total = {}, {}, 0
 for _, b in ipairs(redis.call('SMEMBERS', inflight)) do
   local set = P .. 'b:' .. b .. ':inflight'
+  local n = 0
   for _, j in ipairs(redis.call('SMEMBERS', set)) do
-    if j == finishing or not redis.call('ZSCORE', queue, j) then
+    local score = redis.call('ZSCORE', queue, j)
+    if j == finishing or not score then
       redis.call('SREM', set, j)
-    end
+    elseif tonumber(score) <= tonumber(now_ms) then
+      n = n + 1
+    end  -- else a retry waiting out its backoff: kept, but it holds no slot meanwhile
   end
-  local n = redis.call('SCARD', set)
-  if n == 0 then
+  if redis.call('SCARD', set) == 0 then
     redis.call('SREM', inflight, b)
     redis.call('HDEL', owner, b)
-  else
+  elseif n > 0 then
     local t = redis.call('HGET', owner, b) or ''
     in_batch[b] = n
     in_tenant[t] = (in_tenant[t] or 0) + n
