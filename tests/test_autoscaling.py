@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
 from pdfqueue import keys
+from pdfqueue.fair import Dispatcher
+from pdfqueue.queue import Job
 from pdfqueue.settings import Settings
 
 pytestmark = pytest.mark.kube
@@ -243,3 +246,25 @@ async def test_a_deployment_an_hpa_scales_or_with_bad_annotations_is_left_alone(
     await kube.kubectl("delete", "hpa", "cpu", "-n", namespace)
     async with watch_replicas(kube, namespace, "owned") as timeline:
         await replicas_become(timeline, 2, "scaled once the HPA is gone", 15)
+
+
+async def test_pending_work_not_yet_released_scales_the_fleet_out(
+    kube: Cluster, namespace: str, start_operator: StartOperator, redis: Redis, settings: Settings
+) -> None:
+    """A big batch sits mostly in fair dispatch's pending work: the operator still counts it."""
+    queue = settings.queue_name
+    await kube.apply(
+        worker_deployment("workers", queue=queue, max_replicas="4", target_per_replica="5"),
+        namespace=namespace,
+    )
+    batch_id = uuid.uuid4().hex
+    await redis.hset(keys.batch(batch_id), mapping={"status": "PROCESSING", "tenant": "acme"})
+    jobs = [
+        Job(keys.process_job(batch_id, i), "process", {"batch_id": batch_id}) for i in range(14)
+    ]
+    await Dispatcher(redis, queue).register(batch_id, "acme", jobs, chunk=100)
+    await backlog(redis, queue, range(1))  # one released job: 15 in all, ceil(15 / 5) = 3
+    assert await redis.zcard(queue) == 1
+    await start_operator(namespace)
+    async with watch_replicas(kube, namespace, "workers") as timeline:
+        await replicas_become(timeline, 3, "scaled out for pending work", 20)

@@ -7,6 +7,7 @@ from redis.asyncio import Redis
 from pdfqueue import keys, metrics
 from pdfqueue.db import Database
 from pdfqueue.errors import BatchConflict
+from pdfqueue.fair import drop_pending
 from pdfqueue.models import TERMINAL, BatchStatus, BatchSummary
 from pdfqueue.queue import Job, enqueue, queued_with_prefix, remove
 from pdfqueue.state import BatchState
@@ -59,7 +60,8 @@ async def read_batch(db: Database, state: BatchState, batch_id: str) -> BatchSum
 async def cancel_batch(
     db: Database, state: BatchState, redis: Redis, queue_name: str, batch_id: str
 ) -> int:
-    """Mark the batch CANCELLED and drop its queued jobs; returns how many were dropped.
+    """Mark the batch CANCELLED and drop its pending and queued jobs; returns how many were
+    dropped.
 
     Running jobs finish and are counted (`process` checks the status before it starts). The
     caller decides whether the batch may still be cancelled, i.e. is not terminal yet.
@@ -67,9 +69,10 @@ async def cancel_batch(
     await state.set_status(batch_id, BatchStatus.CANCELLED)
     await db.finish_batch(batch_id, BatchStatus.CANCELLED)
     metrics.batch_entered(BatchStatus.CANCELLED)
+    dropped = await drop_pending(redis, queue_name, batch_id)
     pending = [keys.ingest_job(batch_id)]
     pending += await queued_with_prefix(redis, queue_name, keys.process_job_prefix(batch_id))
-    return await remove(redis, queue_name, pending)
+    return dropped + await remove(redis, queue_name, pending)
 
 
 async def settle(db: Database, state: BatchState, batch_id: str) -> None:

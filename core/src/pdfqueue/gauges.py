@@ -3,7 +3,7 @@
 Why a task and not a custom Collector that reads Redis at scrape time: prometheus-client calls
 collectors on its HTTP thread, which would need a second, synchronous Redis client per
 process, and a slow or dead Redis would then make every scrape slow or fail. The task reuses
-the process's async client, costs two round trips per tick, and a scrape only reads numbers;
+the process's async client, costs three round trips per tick, and a scrape only reads numbers;
 the price is that the gauges are up to one interval old.
 
 The API and every worker publish the same queue gauges, so dashboards and alerts take `max`
@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 
 from pdfqueue import metrics
 from pdfqueue.background import cancel_and_wait
+from pdfqueue.fair import pending_jobs
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class QueueGauges:
             pipe.zrangebyscore(self.queue_name, "-inf", now_ms, start=0, num=1, withscores=True)
             ready, deferred, oldest = await pipe.execute()
         metrics.QUEUE_READY.labels(self.queue_name).set(ready)
+        pending = await pending_jobs(self.redis, self.queue_name)
+        metrics.QUEUE_PENDING.labels(self.queue_name).set(pending)
         metrics.QUEUE_DEFERRED.labels(self.queue_name).set(deferred)
         age_s = (now_ms - oldest[0][1]) / 1000 if oldest else 0.0
         metrics.QUEUE_OLDEST_AGE.labels(self.queue_name).set(max(age_s, 0.0))

@@ -56,6 +56,11 @@ def last_error(job_id: str) -> str:
     return f"{PREFIX}:last-error:{job_id}"
 
 
+def fair_prefix(queue_name: str) -> str:
+    """What every fair-dispatch key of the queue starts with (pending work, windows, deficits)."""
+    return f"{PREFIX}:fair:{queue_name}:"
+
+
 def worker_heartbeat(pod_name: str) -> str:
     """A worker pod's running-job count (TTL): the operator scales in idle pods first."""
     return f"{PREFIX}:worker:{pod_name}:running"

@@ -57,6 +57,12 @@ QUEUE_READY = Gauge(
     ["queue"],
     registry=None,
 )
+QUEUE_PENDING = Gauge(
+    "pdfqueue_queue_pending_jobs",
+    "Process jobs registered by fair dispatch and not yet released into the queue.",
+    ["queue"],
+    registry=None,
+)
 QUEUE_DEFERRED = Gauge(
     "pdfqueue_queue_deferred_jobs",
     "Jobs scheduled for later, mostly retries waiting out their backoff.",
@@ -164,6 +170,7 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
         EVENT_LOOP_LAG,
         REDIS_UP,
         QUEUE_READY,
+        QUEUE_PENDING,
         QUEUE_DEFERRED,
         QUEUE_OLDEST_AGE,
         REDIS_USED_MEMORY,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -39,6 +40,8 @@ class Job:
     function: str
     kwargs: dict[str, Any]
     defer_s: float = 0.0
+    cost: int = 1
+    """What the job weighs in fair dispatch: the PDFs it handles."""
 
 
 async def enqueue(redis: Redis, queue_name: str, jobs: Sequence[Job]) -> int:
@@ -49,16 +52,26 @@ async def enqueue(redis: Redis, queue_name: str, jobs: Sequence[Job]) -> int:
     """
     if not jobs:
         return 0
-    now_ms = int(time.time() * 1000)
     argv: list[Any] = [job_key_prefix, result_key_prefix, JOB_EXPIRES_MS]
+    with encoded(queue_name, jobs) as payloads:
+        for job, (score_ms, payload) in zip(jobs, payloads, strict=True):
+            argv += [job.job_id, score_ms, payload]
+        added: int = await redis.eval(_ENQUEUE, 1, queue_name, *argv)  # type: ignore[misc]
+    return added
+
+
+@contextmanager
+def encoded(queue_name: str, jobs: Sequence[Job]) -> Iterator[list[tuple[int, bytes]]]:
+    """Each job's queue score and arq payload, inside the PRODUCER span that sends them."""
+    now_ms = int(time.time() * 1000)
     first = jobs[0]
     with producer_span(first.function, queue_name, len(jobs), first.kwargs.get("batch_id")) as tc:
+        out = []
         for job in jobs:
             kwargs = {**job.kwargs, "trace": tc} if tc else job.kwargs
             payload = serialize_job(job.function, (), kwargs, None, now_ms, serializer=serialize)
-            argv += [job.job_id, now_ms + int(job.defer_s * 1000), payload]
-        added: int = await redis.eval(_ENQUEUE, 1, queue_name, *argv)  # type: ignore[misc]
-    return added
+            out.append((now_ms + int(job.defer_s * 1000), payload))
+        yield out
 
 
 async def enqueue_chunked(redis: Redis, queue_name: str, jobs: Iterable[Job], chunk: int) -> int:

@@ -8,6 +8,10 @@ jobs that are ready or running, each once, and retries waiting out their backoff
 out until they are due (no worker is needed for them before then). Running jobs are not
 added again from anywhere else: counting in-progress keys as well would double count them.
 A job whose worker was killed keeps its past score and so keeps counting until it is rerun.
+
+Fair dispatch keeps most of a big batch out of the queue as pending work, released in small
+windows; that work is added (`pdfqueue.fair.pending_jobs`), so the fleet still scales out
+for the whole backlog.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import kopf
 from redis.asyncio import Redis
 
 from pdfqueue import keys, metrics
+from pdfqueue.fair import pending_jobs
 from pdfqueue.settings import Settings
 from pdfqueue_operator.kube import Kube
 from pdfqueue_operator.scaling import History, InvalidPolicy, ScalePolicy, decide
@@ -123,7 +128,8 @@ class Autoscaler:
             return
         self._refused.pop(key, None)
 
-        backlog = int(await self.redis.zcount(policy.queue, "-inf", int(time.time() * 1000)))
+        ready = await self.redis.zcount(policy.queue, "-inf", int(time.time() * 1000))
+        backlog = int(ready) + await pending_jobs(self.redis, policy.queue)
         now = time.monotonic()  # when the backlog was seen: the window counts from here
         current = await self.kube.get_replicas(deployment.namespace, deployment.name)
         decision = decide(now, backlog, current, self._history.get(key), policy)

@@ -16,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pdfqueue import metrics
 from pdfqueue.db import Database, connect
+from pdfqueue.fair import Dispatcher, Ticker
 from pdfqueue.gauges import QueueGauges
 from pdfqueue.queue import check_durability, deserialize, serialize
 from pdfqueue.settings import Settings
@@ -74,10 +75,17 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["gauges"] = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
     ctx["gauges"].start()
     ctx["heartbeat"] = heartbeat.start(redis, settings)
+    if settings.dispatch_fair:
+        dispatcher = Dispatcher.from_settings(redis, settings)
+        ctx["dispatch"] = Ticker(dispatcher, settings.dispatch_tick_s, settings.worker_max_jobs)
+        ctx["dispatch"].start()
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     await heartbeat.stop(ctx.pop("heartbeat", None))
+    ticker: Ticker | None = ctx.pop("dispatch", None)
+    if ticker is not None:
+        await ticker.stop()
     gauges: QueueGauges | None = ctx.get("gauges")
     if gauges is not None:
         await gauges.stop()

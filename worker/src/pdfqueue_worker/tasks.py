@@ -20,7 +20,7 @@ from pdfqueue.db import UserRow
 from pdfqueue.errors import PermanentError, transient_reason
 from pdfqueue.models import TERMINAL, BatchStatus, FileRef, Outcome
 from pdfqueue.observe import observed_job, stage
-from pdfqueue.queue import Job, enqueue_chunked
+from pdfqueue.queue import Job
 from pdfqueue_worker.archive import (
     Member,
     list_members,
@@ -28,6 +28,7 @@ from pdfqueue_worker.archive import (
     plan_slices,
 )
 from pdfqueue_worker.deps import Deps
+from pdfqueue_worker.dispatch import refills, submit
 from pdfqueue_worker.extract import Extraction, Unreadable
 from pdfqueue_worker.payload import Packed, cut, inflate
 from pdfqueue_worker.record import Decision, failed, record, restore
@@ -138,12 +139,11 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
             keys.process_job(batch_id, run[0].index),
             "process",
             {"batch_id": batch_id, "source": source, "members": [m.to_job() for m in run]},
+            cost=len(run),
         )
         for run in slices
     )
-    added = await enqueue_chunked(
-        deps.redis, deps.settings.queue_name, jobs, deps.settings.enqueue_chunk
-    )
+    added = await submit(deps, batch_id, jobs)
     log.info(
         "ingested %d PDFs in %d jobs (%d new), %d rejected, %d ignored",
         len(listing.pdfs),
@@ -158,6 +158,7 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
 
 @observed_job("process", link=True)
 @keeps_try_on_shutdown
+@refills
 async def process(
     ctx: dict[str, Any], *, batch_id: str, source: str, members: list[dict[str, Any]]
 ) -> str:
