@@ -186,21 +186,6 @@ def own_copy(manifest: Path, namespace: str) -> list[dict[str, Any]]:
     return docs
 
 
-def operator_rights(system_ns: str) -> list[dict[str, Any]]:
-    """The operator's namespaced Role and its binding, for a test namespace it serves.
-
-    The operator is namespaced (k8s/rbac/operator.yaml grants its rights in its own namespace
-    only); each test's namespace gets the same Role, bound to this session's ServiceAccount.
-    """
-    docs = own_copy(ROOT / "k8s/rbac/operator.yaml", system_ns)
-    out = []
-    for doc in docs:
-        if doc["kind"] in {"Role", "RoleBinding"}:
-            doc["metadata"].pop("namespace", None)
-            out.append(doc)
-    return out
-
-
 def _checked(kubeconfig: Path, kubectl: str) -> Cluster:
     """Refuse any kubeconfig but one for a loopback control plane of tools/kube.sh."""
     cluster = Cluster(kubeconfig, kubectl)
@@ -225,7 +210,6 @@ def api_kubeconfig(kube: Cluster) -> Path:
 async def namespace(kube: Cluster) -> AsyncIterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     await kube.kubectl("create", "namespace", name)
-    await kube.apply(*operator_rights(kube.system_ns), namespace=name)
     yield name
     await kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
