@@ -31,6 +31,9 @@ async def read_events(response: httpx.Response) -> list[tuple[str, dict[str, Any
 
 
 @pytest.mark.timeout(180)
+# One PDF per job and a quick feed: the batch moves in many small steps, so the stream shows
+# progress between start and end even when the worker is fast.
+@pytest.mark.settings(pdfs_per_job=1, events_interval_s=0.05)
 async def test_events_follow_the_batch_to_its_end_and_resume(
     served: str, served_app: FastAPI, make_corpus: MakeCorpus, run_worker: RunWorker
 ) -> None:

@@ -140,6 +140,12 @@ class LocalDriver:
         args = [a.replace("0.0.0.0", "127.0.0.1") for a in c.get("args", [])]
         env = self.rendered.container_env(workload, container, init=init, namespace=self.namespace)
         env.update({k: os.environ[k] for k in BASE_ENV if k in os.environ})
+        for name, path in list(env.items()):  # a Secret mounted as a file: a local copy
+            if name.endswith("_FILE") and not init:
+                local = self.workdir / f"{container}-{Path(path).name}"
+                local.write_text(self.rendered.mounted_secret(workload, container, path))
+                local.chmod(0o600)
+                env[name] = str(local)
         return [str(PDFQUEUE), *args], env
 
     def _log(self, name: str) -> IO[bytes]:

@@ -293,7 +293,7 @@ def _add_routes(app: FastAPI) -> None:
         responses=errors(401, 404, 503),
     )
     async def batch_files_page(
-        batch_id: str, tenant: Tenant, service: Service, page: Annotated[ReportPage, Query()]
+        batch_id: BatchId, tenant: Tenant, service: Service, page: Annotated[ReportPage, Query()]
     ) -> FilePage:
         """One page of the per-file report: filter by outcome and reason, search by name."""
         query = FileQuery(**page.model_dump())
@@ -308,7 +308,7 @@ def _add_routes(app: FastAPI) -> None:
         },
     )
     async def batch_events(
-        batch_id: str, request: Request, tenant: Tenant, service: Service
+        batch_id: BatchId, request: Request, tenant: Tenant, service: Service
     ) -> Response:
         """Server-Sent Events: `status` events (a BatchSummary each) until a terminal state.
 
@@ -384,7 +384,7 @@ def _add_page(app: FastAPI) -> None:
         return HTMLResponse(page.replace("%ROOT%", ""))
 
     @app.get("/batches/{batch_id}", include_in_schema=False)
-    async def batch_page(batch_id: str) -> HTMLResponse:
+    async def batch_page(batch_id: BatchId) -> HTMLResponse:
         """The same page; its script shows the batch named in the URL (so a reload resumes)."""
         return HTMLResponse(page.replace("%ROOT%", "../"))
 
