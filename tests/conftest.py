@@ -64,10 +64,15 @@ def services() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 async def migrated(services: dict[str, str]) -> None:
+    """The database migrated and the tests' bucket there, as `pdfqueue migrate` leaves them:
+    a test that uploads without the `storage` fixture must not be the first to need it."""
     pool = await connect(services["PDFQUEUE_DATABASE_URL"], max_size=1)
     async with pool.acquire() as conn:
         await migrate(conn)
     await pool.close()
+    store = Storage.from_settings(Settings(storage_url="s3://pdfqueue/"))
+    await store.ensure_bucket()
+    await store.aclose()
 
 
 @pytest.fixture
