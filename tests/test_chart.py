@@ -389,6 +389,42 @@ def test_probes_are_values_around_the_charts_handlers() -> None:
     assert "livenessProbe" not in _container(no_metrics, "worker")  # nothing to probe
 
 
+BUNDLED_PROBES = {  # (liveness, readiness): initialDelaySeconds, periodSeconds, timeout, failures
+    "redis": ((10, 10, 5, 6), (0, 5, 3, 3)),
+    "postgresql": ((20, 10, 5, 6), (0, 5, 3, 3)),
+    "s3": ((0, 10, 1, 6), (0, 5, 1, 3)),
+}
+
+
+def _bundled(rendered: Rendered, service: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    sts = rendered.one("StatefulSet", f"-{service}")
+    return sts, sts["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_bundled_services_probes_and_update_strategies_are_values() -> None:
+    default = render("default")
+    for service, timings in BUNDLED_PROBES.items():
+        sts, c = _bundled(default, service)
+        assert sts["spec"]["updateStrategy"] == {"type": "RollingUpdate"}, service
+        for probe, expected in zip(("livenessProbe", "readinessProbe"), timings, strict=True):
+            assert tuple(c[probe][k] for k in TIMINGS) == expected, (service, probe)
+    assert _bundled(default, "redis")[1]["livenessProbe"]["exec"] == {
+        "command": ["redis-cli", "ping"]
+    }
+    assert _bundled(default, "s3")[1]["readinessProbe"]["tcpSocket"] == {"port": "s3"}
+    tuned = render(
+        "default",
+        *("--set", "postgresql.updateStrategy.type=OnDelete"),
+        *("--set", "postgresql.livenessProbe.initialDelaySeconds=60"),
+        *("--set", "redis.readinessProbe.enabled=false"),
+    )
+    sts, c = _bundled(tuned, "postgresql")
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert c["livenessProbe"]["initialDelaySeconds"] == 60
+    assert c["livenessProbe"]["exec"] == c["readinessProbe"]["exec"]  # pg_isready, both
+    assert "readinessProbe" not in _bundled(tuned, "redis")[1]
+
+
 def test_update_strategies_are_values() -> None:
     default = render("default")
     strategy = {c: default.one("Deployment", f"-{c}")["spec"]["strategy"] for c in STRATEGIES}
