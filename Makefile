@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo   - run the whole pipeline on 300 generated résumés (installs what is missing)"
 	@echo "make test   - start Redis, PostgreSQL and an S3 server, then run the test suite"
-	@echo "make lint   - ruff, mypy (strict on core) and the import layer contract"
+	@echo "make lint   - ruff, mypy (strict on every package and bench/) and the import layer contracts"
 	@echo "make bench  - throughput and memory benchmarks against the seed peer"
 
 deps:  ## uv and the locked Python environment

@@ -21,7 +21,9 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +210,11 @@ async def _seed_users(dsn: str, schema: str, count: int) -> None:
         await conn.close()
 
 
+def _pid_of(process: BaseProcess) -> Callable[[], int | None]:
+    """The process's pid, for the sampler."""
+    return lambda: process.pid
+
+
 def _wait(r: Redis, check: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -234,7 +241,7 @@ def run_level(bench: Bench, settings: Settings, workers: int, args: argparse.Nam
         before = stores.snapshot(r, bench.database_url)  # idle workers poll Redis only
         sampler = Sampler(0.5, services=bench.services)
         for i, c in enumerate(children):
-            sampler.watch(f"client-{i}", lambda pid=c.pid: pid)
+            sampler.watch(f"client-{i}", _pid_of(c))
         sampler.start()
         started = time.monotonic()
         first_user = 1 + level * args.jobs * settings.pdfs_per_job
@@ -262,8 +269,8 @@ def _level_report(
 ) -> dict[str, Any]:
     d = stores.delta(before, after)
     res = sampler.report()
-    clients = sum(g["cpu_main_s"] + g["cpu_children_s"] for g in res["groups"].values())  # type: ignore[attr-defined]
-    services: dict[str, float] = res["services_cpu_s"]  # type: ignore[assignment]
+    clients = sum(g["cpu_main_s"] + g["cpu_children_s"] for g in res["groups"].values())
+    services: dict[str, float] = res["services_cpu_s"]
     return {
         "workers": workers,
         "pdfs": pdfs,
@@ -275,7 +282,7 @@ def _level_report(
             "redis": round(services.get("redis", 0) / seconds, 3),
             "postgres": round(services.get("postgres", 0) / seconds, 3),
             "clients": round(clients / seconds, 3),
-            "machine": round(res["machine_busy_cpu_s"] / seconds, 3),  # type: ignore[operator]
+            "machine": round(res["machine_busy_cpu_s"] / seconds, 3),
         },
         "cpu_ms_per_pdf": {
             "redis": round(1000 * services.get("redis", 0) / pdfs, 3),
@@ -355,7 +362,10 @@ def main(argv: list[str] | None = None) -> int:
                 break
     finally:
         asyncio.run(_cleanup(bench, settings, f"load_{run_id}"))
-    out = {"started": stamp, "host": {"cores": os.cpu_count(), "load": os.getloadavg()}}
+    out: dict[str, Any] = {
+        "started": stamp,
+        "host": {"cores": os.cpu_count(), "load": os.getloadavg()},
+    }
     out |= {"options": vars(args), "levels": rows}
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"load-{stamp}.json"

@@ -51,9 +51,9 @@ def load_corpus(name: str, n: int, seed: int) -> tuple[Corpus, Path]:
     """`sparse`: the sample résumés (re-addressed); the denser ones come from bench.documents."""
     if name == "sparse":
         return readdressed.sparse(n, seed)
-    from bench.documents import Density  # type: ignore[import-not-found]
+    from bench.documents import Density
 
-    return corpus.corpus(n, seed, Density(name))  # type: ignore[call-arg]
+    return corpus.corpus(n, seed, Density(name))
 
 
 def follow(
@@ -108,7 +108,7 @@ def serve_report(dep: Deployment, batch_id: str) -> dict[str, Any]:
                 lines += chunk.count(b"\n")
     finally:
         sampler.stop()
-    api = sampler.report()["groups"]["api"]  # type: ignore[index]
+    api = sampler.report()["groups"]["api"]
     return {
         "seconds": round(time.perf_counter() - started, 2),
         "bytes": size,
@@ -123,7 +123,7 @@ def key_lifetimes(r: Redis, batch_id: str) -> dict[str, Any]:
     """What the finished batch leaves in Redis, how big, and for how long (TTL)."""
     results = list(r.scan_iter(match=f"arq:result:*:{batch_id}*", count=5000))
     sample = results[:100]
-    mean = statistics.fmean(r.memory_usage(k) or 0 for k in sample) if sample else 0.0
+    mean = statistics.fmean(stores.memory_usage(r, k) for k in sample) if sample else 0.0
     others = [
         k
         for k in r.scan_iter(match=f"*{batch_id}*", count=5000)
@@ -188,7 +188,7 @@ def measure(dep: Deployment, path: Path, n: int, args: argparse.Namespace) -> di
     report = serve_report(dep, batch_id)
     jobs = arq_timings(bench, batch_id, run["epoch0"])  # deletes the batch's arq results
     r.delete(keys.batch(batch_id), keys.outcomes(batch_id))
-    gone = int(r.info("memory")["used_memory"])
+    gone = int(stores.info(r, "memory")["used_memory"])
     linked_db, _ = asyncio.run(corpus.linked_in_db(bench.database_url, bench.schema))
     costs = stores.delta(before, after)
     return {
@@ -217,7 +217,10 @@ def derive(m: dict[str, Any]) -> dict[str, Any]:
     n, run, res = m["files"], m["run"], m["resources"]
     groups = res["groups"]
     workers = [g for name, g in groups.items() if name.startswith("worker")]
-    cpu = lambda g: g["cpu_main_s"] + g["cpu_children_s"]  # noqa: E731
+
+    def cpu(g: dict[str, Any]) -> float:
+        return float(g["cpu_main_s"] + g["cpu_children_s"])
+
     stages = m["stages"]
     s3 = stages.get("read", {}).get("count", 0) + stages.get("store", {}).get("count", 0)
     mem = m["redis_memory"]

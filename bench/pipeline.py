@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -245,7 +246,8 @@ class Deployment:
     def _wait_ready(self) -> None:
         wait_until(self._api_ready, 60, f"{self.tag} API ready")
         for child, port in zip(self.worker_children, self.metrics_ports, strict=True):
-            wait_until(lambda c=child, p=port: self._worker_ready(c, p), 60, f"{child.name} ready")
+            ready = functools.partial(self._worker_ready, child, port)
+            wait_until(ready, 60, f"{child.name} ready")
 
     def sampler(self, interval_s: float = 0.2) -> Sampler:
         s = Sampler(interval_s, services=self.bench.services)

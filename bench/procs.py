@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -210,7 +211,7 @@ class Sampler:
         procs = snapshot()
         return sum(rss_bytes(p) for p in descendants(root, procs))
 
-    def report(self) -> dict[str, object]:
+    def report(self) -> dict[str, Any]:
         """Peaks in MB and CPU seconds per group, services, and the whole machine."""
         groups = {
             g.name: {
@@ -299,7 +300,9 @@ def stop_all(children: Iterable[Child]) -> None:
         c.stop()
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2):
+def wait_until(
+    check: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2
+) -> None:
     """Poll `check` until true; TimeoutError naming `what` after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -16,7 +16,7 @@ def _cpu_total(run: dict[str, Any]) -> float:
     """CPU seconds of the measured processes and the backing services during the run."""
     res = run.get("resources", {})
     groups = sum(g["cpu_main_s"] + g["cpu_children_s"] for g in res.get("groups", {}).values())
-    return groups + sum(res.get("services_cpu_s", {}).values())
+    return float(groups + sum(res.get("services_cpu_s", {}).values()))
 
 
 def derive(run: dict[str, Any]) -> dict[str, Any]:

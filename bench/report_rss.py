@@ -88,7 +88,7 @@ def stream(dep: Deployment, batch_id: str, fmt: str) -> dict[str, Any]:
                 size += len(chunk)
     finally:
         sampler.stop()
-    api = sampler.report()["groups"]["api"]  # type: ignore[index]
+    api = sampler.report()["groups"]["api"]
     return {
         "format": fmt,
         "seconds": round(time.perf_counter() - started, 2),

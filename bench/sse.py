@@ -74,7 +74,7 @@ def run_sse(bench: Bench, clients: int, files: int, seed: int) -> dict[str, Any]
         after_mb = _idle_rss(idle, 1.0)
     ids = results[0] if results else []
     ended = sum(1 for i in ids if i and i[-1].startswith(("COMPLETED", "FAILED", "CANCELLED")))
-    api = sampler.report()["groups"]["api"]  # type: ignore[index]
+    api = sampler.report()["groups"]["api"]
     peak = sampler.peak_mb("api")
     return {
         "clients": clients,

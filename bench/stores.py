@@ -32,12 +32,33 @@ STATS_FLUSH_S = 11.0
 """An idle PostgreSQL backend publishes what it counted within 10 s (PGSTAT_IDLE_INTERVAL)."""
 
 
+def info(r: Redis, section: str) -> dict[str, Any]:
+    """One INFO section (redis-py types a sync client's replies as maybe awaitable)."""
+    reply = r.info(section)
+    assert isinstance(reply, dict), reply
+    return reply
+
+
+def dbsize(r: Redis) -> int:
+    """Keys in the database."""
+    reply = r.dbsize()
+    assert isinstance(reply, int), reply
+    return reply
+
+
+def memory_usage(r: Redis, key: bytes) -> int:
+    """Bytes one key takes (0 when it is gone)."""
+    reply = r.memory_usage(key)
+    assert reply is None or isinstance(reply, int), reply
+    return reply or 0
+
+
 def redis_counters(r: Redis) -> dict[str, Any]:
     """Calls and CPU per command, network bytes, memory and keys, from INFO."""
-    commands = r.info("commandstats")
-    stats = r.info("stats")
-    memory = r.info("memory")
-    cpu = r.info("cpu")
+    commands = info(r, "commandstats")
+    stats = info(r, "stats")
+    memory = info(r, "memory")
+    cpu = info(r, "cpu")
     return {
         "calls": {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in commands.items()},
         "usec": {k.removeprefix("cmdstat_"): int(v["usec"]) for k, v in commands.items()},
@@ -45,7 +66,7 @@ def redis_counters(r: Redis) -> dict[str, Any]:
         "net_out_bytes": int(stats["total_net_output_bytes"]),
         "used_memory": int(memory["used_memory"]),
         "cpu_s": float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]),
-        "keys": int(r.dbsize()),
+        "keys": dbsize(r),
     }
 
 
@@ -116,8 +137,8 @@ class MemoryPeak:
         self._thread = threading.Thread(target=self._run, name="redis-memory", daemon=True)
 
     def _sample(self, r: Redis) -> None:
-        self.peak_bytes = max(self.peak_bytes, int(r.info("memory")["used_memory"]))
-        self.peak_keys = max(self.peak_keys, int(r.dbsize()))
+        self.peak_bytes = max(self.peak_bytes, int(info(r, "memory")["used_memory"]))
+        self.peak_keys = max(self.peak_keys, dbsize(r))
         self.samples += 1
 
     def _run(self) -> None:

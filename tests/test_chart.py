@@ -42,6 +42,9 @@ PASSTHROUGH = {  # Kubernetes objects handed through as they are: their keys are
     "apiTokens",
     "namespaceTenants",  # maps whose keys are namespaces and tenants, checked by the schema
     "tenantQuotas",
+    "tenantWeights",
+    "tenantInflightCaps",
+    "updateStrategy",  # a Kubernetes DeploymentStrategy
     "namespaceSelector",
     "podSelector",
 }
@@ -180,12 +183,53 @@ def test_schema_covers_every_value_and_nothing_else() -> None:
             ["--set", "worker.jobTimeoutSeconds=30"],
             "worker.jobCompletionWaitSeconds (30) must exceed worker.jobTimeoutSeconds + 5 (35)",
         ),
+        (
+            ["--set", "operator.updateStrategy.type=RollingUpdate"],
+            "operator.updateStrategy.type=RollingUpdate runs two operators during a rollout",
+        ),
+        (["--set", "worker.updateStrategy.type=Sideways"], "/worker/updateStrategy/type"),
+        (["--set", "api.livenessProbe.periodSeconds=0"], "/api/livenessProbe/periodSeconds"),
+        (["--set", "api.readinessProbe.bogus=1"], "additional properties 'bogus' not allowed"),
+        (["--set", "redis.password=p@ss:word"], "redis.password may hold only A-Z a-z 0-9"),
+        (["--set", "postgresql.password=p/w"], "postgresql.password may hold only A-Z a-z 0-9"),
+        (
+            ["--set", "config.extraEnv.PDFQUEUE_REDIS_URL=redis://x"],
+            "config.extraEnv.PDFQUEUE_REDIS_URL: this variable comes from a Secret",
+        ),
+        (["--set", "worker.dispatch.tenantWeights.acme=0"], "/worker/dispatch/tenantWeights/acme"),
+        (["--set", "worker.dispatch.tenantWeights.a:b=2"], "invalid propertyName 'a:b'"),
+        (
+            ["--set", "worker.dispatch.tenantInflightCaps.acme=0"],
+            "/worker/dispatch/tenantInflightCaps/acme",
+        ),
+        (["--set", "worker.dispatch.tickSeconds=0"], "/worker/dispatch/tickSeconds"),
+        (["--set", "worker.dispatch.windowJobs=-1"], "/worker/dispatch/windowJobs"),
     ],
 )
 def test_bad_values_are_refused(args: list[str], message: str) -> None:
     proc = helm("template", "pq", str(CHART), "-f", str(values_file("default")), *args, check=False)
     assert proc.returncode != 0
     assert message in proc.stderr
+    assert "p@ss:word" not in proc.stderr  # a password is never shown
+
+
+def test_values_are_validated_in_one_helper_that_notes_include() -> None:
+    """Value helpers compute; only pdfqueue.validateValues (from NOTES.txt) fails a render."""
+    templates = CHART / "templates"
+    failing = sorted(
+        str(p.relative_to(templates))
+        for p in templates.rglob("*")
+        if p.is_file() and re.search(r"\{\{-?\s*fail\b", p.read_text())
+    )
+    assert failing == ["_validate.tpl"]
+    notes = (templates / "NOTES.txt").read_text()
+    assert notes.startswith('{{- include "pdfqueue.validateValues" . }}')
+    users = sorted(
+        str(p.relative_to(templates))
+        for p in templates.rglob("*")
+        if p.is_file() and "pdfqueue.validateValues" in p.read_text()
+    )
+    assert users == ["NOTES.txt", "_validate.tpl"]
 
 
 # ---- what the templates render ----------------------------------------------------------------
@@ -253,6 +297,184 @@ def test_worker_replicas_belong_to_the_operator_when_autoscaling() -> None:
     assert not any(k.startswith("pdfqueue.io/") for k in worker["metadata"].get("annotations", {}))
     assert not fixed.all("ClusterRole")
     assert not fixed.all("Role")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_namespaced_object_names_the_release_namespace(variant: str) -> None:
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+    rendered = render(variant, namespace="team-ns")
+    for source, obj in rendered.objects:
+        if obj["kind"] not in cluster_scoped:
+            assert obj["metadata"].get("namespace") == "team-ns", source
+
+
+PDFQUEUE_CONTAINERS = (("api", "api", False), ("api", "migrate", True))
+PDFQUEUE_CONTAINERS += (("worker", "worker", False), ("operator", "operator", False))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_settings_reach_pods_through_config_maps_and_secret_references_only(variant: str) -> None:
+    """envFrom names ConfigMaps only; every env entry is a secretKeyRef; the component's own
+    ConfigMap comes first and the shared one last (it holds config.extraEnv, which wins)."""
+    rendered = render(variant)
+    for component, name, init in PDFQUEUE_CONTAINERS:
+        if f"pq-pdfqueue-{component}" not in {d["metadata"]["name"] for d in rendered.all()}:
+            continue  # operator.enabled=false
+        spec = rendered.one("Deployment", f"-{component}")["spec"]["template"]["spec"]
+        (c,) = [x for x in spec["initContainers" if init else "containers"] if x["name"] == name]
+        maps = [src["configMapRef"]["name"] for src in c["envFrom"]]
+        assert [set(src) for src in c["envFrom"]] == [{"configMapRef"}] * len(maps), name
+        own = [] if init else [f"pq-pdfqueue-{component}"]  # migrate has no tokens file
+        assert maps == [*own, "pq-pdfqueue-config"], (component, name)
+        for item in c["env"]:
+            assert set(item) == {"name", "valueFrom"}, (component, name, item)
+            assert set(item["valueFrom"]) == {"secretKeyRef"}, (component, name, item)
+
+
+def test_extra_env_wins_over_every_chart_setting() -> None:
+    rendered = render(
+        "default",
+        *("--set", "config.extraEnv.PDFQUEUE_WORKER_MAX_JOBS=9"),
+        *("--set", "config.extraEnv.PDFQUEUE_MAX_TRIES=3"),
+        *("--set", "config.extraEnv.MY_FLAG=on"),
+    )
+    worker = _env_of(rendered, "worker")
+    assert (worker["PDFQUEUE_WORKER_MAX_JOBS"], worker["PDFQUEUE_MAX_TRIES"]) == ("9", "3")
+    for component in ("api", "worker", "operator"):
+        assert _env_of(rendered, component)["MY_FLAG"] == "on"
+    assert _env_of(render("default"), "worker")["PDFQUEUE_WORKER_MAX_JOBS"] == "4"
+
+
+PROBES = (
+    ("api", "livenessProbe", {"path": "/healthz", "port": "http"}, (0, 10, 3, 3)),
+    ("api", "readinessProbe", {"path": "/readyz", "port": "http"}, (0, 5, 5, 2)),
+    ("worker", "livenessProbe", {"path": "/metrics", "port": "metrics"}, (0, 20, 5, 3)),
+    ("operator", "livenessProbe", {"path": "/healthz", "port": "health"}, (10, 15, 5, 4)),
+)
+TIMINGS = ("initialDelaySeconds", "periodSeconds", "timeoutSeconds", "failureThreshold")
+
+
+def _container(rendered: Rendered, component: str) -> dict[str, Any]:
+    spec = rendered.one("Deployment", f"-{component}")["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] == component)
+
+
+def test_probes_are_values_around_the_charts_handlers() -> None:
+    default = render("default")
+    for component, probe, handler, timings in PROBES:
+        rendered = _container(default, component)[probe]
+        assert rendered["httpGet"] == handler, (component, probe)
+        assert tuple(rendered[k] for k in TIMINGS) == timings, (component, probe)
+    tuned = render(
+        "default",
+        *("--set", "api.readinessProbe.failureThreshold=6"),
+        *("--set", "api.readinessProbe.successThreshold=2"),
+        *("--set", "worker.livenessProbe.timeoutSeconds=9"),
+        *("--set", "operator.livenessProbe.initialDelaySeconds=30"),
+        *("--set", "api.livenessProbe.enabled=false"),
+    )
+    api = _container(tuned, "api")
+    assert "livenessProbe" not in api
+    assert api["readinessProbe"] == {
+        "httpGet": {"path": "/readyz", "port": "http"},
+        "initialDelaySeconds": 0,
+        "periodSeconds": 5,
+        "timeoutSeconds": 5,
+        "failureThreshold": 6,
+        "successThreshold": 2,
+    }
+    assert _container(tuned, "worker")["livenessProbe"]["timeoutSeconds"] == 9
+    assert _container(tuned, "operator")["livenessProbe"]["initialDelaySeconds"] == 30
+    no_metrics = render("default", "--set", "worker.metricsPort=0")
+    assert "livenessProbe" not in _container(no_metrics, "worker")  # nothing to probe
+
+
+BUNDLED_PROBES = {  # (liveness, readiness): initialDelaySeconds, periodSeconds, timeout, failures
+    "redis": ((10, 10, 5, 6), (0, 5, 3, 3)),
+    "postgresql": ((20, 10, 5, 6), (0, 5, 3, 3)),
+    "s3": ((0, 10, 1, 6), (0, 5, 1, 3)),
+}
+
+
+def _bundled(rendered: Rendered, service: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    sts = rendered.one("StatefulSet", f"-{service}")
+    return sts, sts["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_bundled_services_probes_and_update_strategies_are_values() -> None:
+    default = render("default")
+    for service, timings in BUNDLED_PROBES.items():
+        sts, c = _bundled(default, service)
+        assert sts["spec"]["updateStrategy"] == {"type": "RollingUpdate"}, service
+        for probe, expected in zip(("livenessProbe", "readinessProbe"), timings, strict=True):
+            assert tuple(c[probe][k] for k in TIMINGS) == expected, (service, probe)
+    assert _bundled(default, "redis")[1]["livenessProbe"]["exec"] == {
+        "command": ["redis-cli", "ping"]
+    }
+    assert _bundled(default, "s3")[1]["readinessProbe"]["tcpSocket"] == {"port": "s3"}
+    tuned = render(
+        "default",
+        *("--set", "postgresql.updateStrategy.type=OnDelete"),
+        *("--set", "postgresql.livenessProbe.initialDelaySeconds=60"),
+        *("--set", "redis.readinessProbe.enabled=false"),
+    )
+    sts, c = _bundled(tuned, "postgresql")
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert c["livenessProbe"]["initialDelaySeconds"] == 60
+    assert c["livenessProbe"]["exec"] == c["readinessProbe"]["exec"]  # pg_isready, both
+    assert "readinessProbe" not in _bundled(tuned, "redis")[1]
+
+
+def test_update_strategies_are_values() -> None:
+    default = render("default")
+    strategy = {c: default.one("Deployment", f"-{c}")["spec"]["strategy"] for c in STRATEGIES}
+    assert strategy == STRATEGIES
+    tuned = render(
+        "default",
+        *("--set", "api.updateStrategy.rollingUpdate.maxUnavailable=0"),
+        *("--set", "worker.updateStrategy.rollingUpdate.maxSurge=2"),
+        *("--set", "operator.peering=true,operator.updateStrategy.type=RollingUpdate"),
+    )
+    assert tuned.one("Deployment", "-api")["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0},
+    }
+    worker = tuned.one("Deployment", "-worker")["spec"]["strategy"]
+    assert worker["rollingUpdate"] == {"maxSurge": 2, "maxUnavailable": 0}
+    assert tuned.one("Deployment", "-operator")["spec"]["strategy"] == {"type": "RollingUpdate"}
+
+
+STRATEGIES = {
+    "api": {"type": "RollingUpdate"},
+    # new workers start before old ones drain: no dip in throughput during a rollout
+    "worker": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+    "operator": {"type": "Recreate"},  # two kopf operators without peering both scale workers
+}
+
+
+DISPATCH = {
+    "worker.dispatch.fair=false": ("dispatch_fair", False),
+    "worker.dispatch.windowJobs=40": ("dispatch_window_jobs", 40),
+    "worker.dispatch.tenantWindowJobs=12": ("dispatch_tenant_window_jobs", 12),
+    "worker.dispatch.batchWindowJobs=6": ("dispatch_batch_window_jobs", 6),
+    "worker.dispatch.tenantWeights.acme=3": ("dispatch_tenant_weights", {"acme": 3}),
+    "worker.dispatch.tenantInflightCaps.ops\\.team=8": (
+        "dispatch_tenant_inflight_caps",
+        {"ops.team": 8},
+    ),
+    "worker.dispatch.tickSeconds=3": ("dispatch_tick_s", 3.0),
+}
+
+
+def test_fair_dispatch_values_reach_the_workers(tmp_path: Path) -> None:
+    default = _settings_of(render("default"), "worker", tmp_path)
+    for field, _ in DISPATCH.values():
+        expected = Settings.model_fields[field].get_default(call_default_factory=True)
+        assert getattr(default, field) == expected, field
+    args = [a for value in DISPATCH for a in ("--set", value)]
+    worker = _settings_of(render("default", *args), "worker", tmp_path)
+    for field, expected in DISPATCH.values():
+        assert getattr(worker, field) == expected, field
 
 
 def test_grace_period_exceeds_completion_wait_which_exceeds_job_timeout() -> None:
@@ -437,13 +659,20 @@ def test_tenancy_and_quota_defaults_are_the_settings_defaults(tmp_path: Path) ->
             assert getattr(parsed, field) == default, (component, name)
 
 
-def test_bundled_service_urls_are_composed_from_secrets() -> None:
+def test_bundled_service_urls_are_composed_from_secrets(tmp_path: Path) -> None:
+    """The URLs sit in the ConfigMap without passwords; Settings adds those from the Secrets."""
     rendered = render("default")
     env = rendered.container_env(rendered.one("Deployment", "-api"), "api")
-    assert env["PDFQUEUE_REDIS_URL"] == "redis://:ci-redis-password@pq-pdfqueue-redis:6379/0"
-    assert env["PDFQUEUE_DATABASE_URL"] == (
-        "postgresql://pdfqueue:ci-postgres-password@pq-pdfqueue-postgresql:5432/pdfqueue"
-    )
+    assert env["PDFQUEUE_REDIS_URL"] == "redis://pq-pdfqueue-redis:6379/0"
+    assert env["PDFQUEUE_REDIS_PASSWORD"] == "ci-redis-password"
+    for component in ("api", "worker", "operator"):
+        settings = _settings_of(rendered, component, tmp_path)
+        assert settings.redis_url == "redis://:ci-redis-password@pq-pdfqueue-redis:6379/0"
+        assert settings.database_url == (
+            "postgresql://pdfqueue:ci-postgres-password@pq-pdfqueue-postgresql:5432/pdfqueue"
+        )
+    migrate = rendered.container_env(rendered.one("Deployment", "-api"), "migrate", init=True)
+    assert _settings_from_env(migrate).database_url == settings.database_url
     assert env["PDFQUEUE_S3_ENDPOINT_URL"] == "http://pq-pdfqueue-s3:7070"
     assert env["AWS_ACCESS_KEY_ID"] == "ci-access-key"
     tokens = rendered.mounted_secret(rendered.one("Deployment", "-api"), "api", TOKENS_FILE)
@@ -474,8 +703,10 @@ def test_api_tokens_reach_the_api_as_a_read_only_file_never_as_a_variable() -> N
         rendered = render(variant)
         for obj in rendered.all("Deployment"):
             spec = obj["spec"]["template"]["spec"]
-            for c in spec["containers"] + spec.get("initContainers", []):
-                names = {e["name"] for e in c.get("env", [])}
+            pool = [(c, False) for c in spec["containers"]]
+            for c, init in pool + [(c, True) for c in spec.get("initContainers", [])]:
+                env = rendered.container_env(obj, c["name"], init=init, existing_ok=True)
+                names = set(env)
                 assert "PDFQUEUE_API_TOKENS" not in names, (variant, c["name"])
                 wants_file = obj["metadata"]["name"].endswith("-api") and c["name"] == "api"
                 assert ("PDFQUEUE_API_TOKENS_FILE" in names) == wants_file, (variant, c["name"])
@@ -483,11 +714,9 @@ def test_api_tokens_reach_the_api_as_a_read_only_file_never_as_a_variable() -> N
                 assert ("api-tokens" in mounts) == wants_file, (variant, c["name"])
         api = rendered.one("Deployment", "-api")
         (c,) = api["spec"]["template"]["spec"]["containers"]
-        env = {e["name"]: e for e in c["env"]}
-        assert env["PDFQUEUE_API_TOKENS_FILE"] == {
-            "name": "PDFQUEUE_API_TOKENS_FILE",
-            "value": TOKENS_FILE,
-        }
+        env = rendered.container_env(api, "api", existing_ok=True)
+        assert env["PDFQUEUE_API_TOKENS_FILE"] == TOKENS_FILE
+        assert rendered.one("ConfigMap", "-api")["data"]["PDFQUEUE_API_TOKENS_FILE"] == TOKENS_FILE
         mount = next(m for m in c["volumeMounts"] if m["name"] == "api-tokens")
         assert mount["readOnly"] is True
         (volume,) = [

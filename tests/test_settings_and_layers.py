@@ -62,3 +62,45 @@ def test_readme_documents_every_setting() -> None:
         if field.validation_alias is None and f"`PDFQUEUE_{name.upper()}`" not in readme
     ]
     assert missing == []
+
+
+def test_service_passwords_go_into_urls_that_carry_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chart's way: URLs from a ConfigMap, passwords from Secret references."""
+    monkeypatch.setenv("PDFQUEUE_REDIS_URL", "redis://pq-redis:6379/0")
+    monkeypatch.setenv("PDFQUEUE_REDIS_PASSWORD", "r3dis-Pass_word.~")
+    monkeypatch.setenv("PDFQUEUE_DATABASE_URL", "postgresql://app@pq-db:5432/app?sslmode=disable")
+    monkeypatch.setenv("PDFQUEUE_DATABASE_PASSWORD", "pg-pass")
+    settings = Settings()
+    assert settings.redis_url == "redis://:r3dis-Pass_word.~@pq-redis:6379/0"
+    assert settings.database_url == "postgresql://app:pg-pass@pq-db:5432/app?sslmode=disable"
+    assert "pg-pass" not in repr(settings.database_password)
+    monkeypatch.delenv("PDFQUEUE_REDIS_PASSWORD")
+    monkeypatch.delenv("PDFQUEUE_DATABASE_PASSWORD")
+    assert Settings().redis_url == "redis://pq-redis:6379/0"  # no password: the URL as it is
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"redis_url": "redis://:inline@r:6379/0", "redis_password": "other"},
+            "PDFQUEUE_REDIS_URL carries a password and PDFQUEUE_REDIS_PASSWORD is set",
+        ),
+        (
+            {"database_url": "postgresql://u:inline@db/x", "database_password": "other"},
+            "PDFQUEUE_DATABASE_URL carries a password and PDFQUEUE_DATABASE_PASSWORD is set",
+        ),
+        (
+            {"redis_url": "redis://r:6379/0", "redis_password": "a@b/c"},
+            "PDFQUEUE_REDIS_PASSWORD may hold only",
+        ),
+    ],
+)
+def test_service_passwords_are_refused_without_being_echoed(
+    values: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message) as caught:
+        Settings(**values)
+    assert "inline" not in str(caught.value)
+    assert "other" not in str(caught.value)
+    assert "a@b" not in str(caught.value)

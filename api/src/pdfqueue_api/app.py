@@ -105,7 +105,8 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 def producer_redis(url: str) -> Redis:
     """Producers fail fast: an HTTP handler must never hang on a dead Redis."""
-    return Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+    client: Redis = Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+    return client
 
 
 def kube_publisher(settings: Settings) -> PdfBatchPublisher | None:

@@ -14,6 +14,7 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
+from fastapi.telemetry import TelemetryConfig
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pdfqueue import metrics, tracing
@@ -27,7 +28,7 @@ def _untraced(scope: MutableMapping[str, Any]) -> bool:
     return scope.get("path") in UNTRACED
 
 
-FASTAPI_TELEMETRY: dict[str, Any] = {
+FASTAPI_TELEMETRY: TelemetryConfig = {
     "tracing": True,
     "metrics": False,
     "logs": False,

@@ -164,20 +164,29 @@ exists, else the given value, else a random one. Call with
 {{- end }}
 {{- end }}
 
+{{/* The bundled services' URLs, without passwords: those come from Secrets (pdfqueue.secretEnv). */}}
+{{- define "pdfqueue.redis.url" -}}
+{{- printf "redis://%s:6379/0" (include "pdfqueue.componentName" (dict "ctx" . "component" "redis")) }}
+{{- end }}
+
+{{- define "pdfqueue.postgresql.url" -}}
+{{- $host := include "pdfqueue.componentName" (dict "ctx" . "component" "postgresql") }}
+{{- printf "postgresql://%s@%s:5432/%s" .Values.postgresql.username $host .Values.postgresql.database }}
+{{- end }}
+
 {{/*
-The connection environment of every pdfqueue container: secrets stay in Secrets, and the URLs
-of the bundled services are composed with Kubernetes' $(VAR) expansion so no password is
-copied into a ConfigMap. Bundled passwords must therefore be URL-safe (generated ones are).
+The only env entries of a pdfqueue container: references to the Secrets holding credentials.
+Everything else comes from ConfigMaps (envFrom). A bundled service's password is its own
+variable, which Settings puts into the URL from the ConfigMap (PDFQUEUE_REDIS_PASSWORD,
+PDFQUEUE_DATABASE_PASSWORD); an external service's URL is a secret as a whole.
 */}}
-{{- define "pdfqueue.connectionEnv" -}}
+{{- define "pdfqueue.secretEnv" -}}
 {{- if .Values.redis.enabled }}
-- name: REDIS_PASSWORD
+- name: PDFQUEUE_REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ include "pdfqueue.redis.secretName" . }}
       key: {{ .Values.redis.existingSecretKey }}
-- name: PDFQUEUE_REDIS_URL
-  value: "redis://:$(REDIS_PASSWORD)@{{ include "pdfqueue.componentName" (dict "ctx" . "component" "redis") }}:6379/0"
 {{- else }}
 - name: PDFQUEUE_REDIS_URL
   valueFrom:
@@ -186,13 +195,11 @@ copied into a ConfigMap. Bundled passwords must therefore be URL-safe (generated
       key: {{ .Values.externalRedis.existingSecretKey }}
 {{- end }}
 {{- if .Values.postgresql.enabled }}
-- name: POSTGRES_PASSWORD
+- name: PDFQUEUE_DATABASE_PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ include "pdfqueue.postgresql.secretName" . }}
       key: {{ .Values.postgresql.existingSecretKey }}
-- name: PDFQUEUE_DATABASE_URL
-  value: "postgresql://{{ .Values.postgresql.username }}:$(POSTGRES_PASSWORD)@{{ include "pdfqueue.componentName" (dict "ctx" . "component" "postgresql") }}:5432/{{ .Values.postgresql.database }}"
 {{- else }}
 - name: PDFQUEUE_DATABASE_URL
   valueFrom:
@@ -212,31 +219,43 @@ copied into a ConfigMap. Bundled passwords must therefore be URL-safe (generated
       name: {{ include "pdfqueue.s3.secretName" . }}
       key: {{ include "pdfqueue.s3.secretAccessKeyKey" . }}
 {{- end }}
-{{- range $name, $value := .Values.config.extraEnv }}
-- name: {{ $name }}
-  value: {{ $value | toString | quote }}
-{{- end }}
 {{- end }}
 
 {{/*
-The shutdown rule, enforced at render time:
-terminationGracePeriodSeconds > jobCompletionWaitSeconds > jobTimeoutSeconds + 5
-(arq's hard limit is the job's own deadline plus 5 s; see pdfqueue.settings.ARQ_TIMEOUT_MARGIN_S).
-Prints the grace period (computed when worker.terminationGracePeriodSeconds is 0).
+A pdfqueue container's envFrom: its component's ConfigMap, then the shared one (which holds
+config.extraEnv, so those win). Call with (dict "ctx" $ "component" "api").
+*/}}
+{{- define "pdfqueue.envFrom" -}}
+- configMapRef:
+    name: {{ include "pdfqueue.componentName" . }}
+- configMapRef:
+    name: {{ include "pdfqueue.componentName" (dict "ctx" .ctx "component" "config") }}
+{{- end }}
+
+{{/* Roll a component's pods when their configuration changes. Call with (dict "ctx" $ "component" "api"). */}}
+{{- define "pdfqueue.configChecksum" -}}
+{{- $own := include (printf "%s/%s/configmap.yaml" .ctx.Template.BasePath .component) .ctx }}
+{{- $shared := include (print .ctx.Template.BasePath "/common/configmap.yaml") .ctx }}
+{{- print $own $shared | sha256sum }}
+{{- end }}
+
+{{/*
+A container probe from values: the chart's handler, the timings of .probe (minus enabled).
+Call with (dict "probe" .Values.api.livenessProbe "handler" (dict "httpGet" ...)).
+*/}}
+{{- define "pdfqueue.probe" -}}
+{{- toYaml (merge (omit .probe "enabled") .handler) }}
+{{- end }}
+
+{{/*
+The worker's terminationGracePeriodSeconds: the value, or (when 0) jobCompletionWaitSeconds
+plus shutdownMarginSeconds. pdfqueue.validateShutdown checks it against the shutdown rule.
 */}}
 {{- define "pdfqueue.worker.terminationGracePeriodSeconds" -}}
 {{- $w := .Values.worker }}
-{{- $timeout := addf (float64 $w.jobTimeoutSeconds) 5.0 }}
-{{- $wait := float64 $w.jobCompletionWaitSeconds }}
-{{- if le $wait $timeout }}
-{{- fail (printf "worker.jobCompletionWaitSeconds (%v) must exceed worker.jobTimeoutSeconds + 5 (%v): arq would cut running jobs off at SIGTERM" $w.jobCompletionWaitSeconds $timeout) }}
-{{- end }}
 {{- $grace := int $w.terminationGracePeriodSeconds }}
 {{- if eq $grace 0 }}
-{{- $grace = add (int (ceil $wait)) (int $w.shutdownMarginSeconds) }}
-{{- end }}
-{{- if le (float64 $grace) $wait }}
-{{- fail (printf "worker.terminationGracePeriodSeconds (%v) must exceed worker.jobCompletionWaitSeconds (%v): the kubelet would SIGKILL workers still finishing jobs" $grace $w.jobCompletionWaitSeconds) }}
+{{- $grace = add (int (ceil (float64 $w.jobCompletionWaitSeconds))) (int $w.shutdownMarginSeconds) }}
 {{- end }}
 {{- $grace }}
 {{- end }}

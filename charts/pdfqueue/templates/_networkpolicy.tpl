@@ -116,6 +116,7 @@ apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
   name: {{ include "pdfqueue.componentName" $ctx }}
+  namespace: {{ .ctx.Release.Namespace }}
   labels:
     {{- include "pdfqueue.labels" $ctx | nindent 4 }}
 spec:

@@ -1,13 +1,60 @@
 {{/*
-Every check of the values that the schema cannot express, in one place: included from NOTES.txt
-and from the API's Deployment, so `helm install` and `helm template` both refuse bad values.
-Messages name the value, never its content: tokens must not reach a CI log.
+Every check of the values that the schema cannot express, in one place, included from
+NOTES.txt only: `helm install`, `helm upgrade`, `helm template` and `helm lint` all render it,
+so each of them refuses bad values. Value helpers compute and never fail. Messages name the
+value, never its content: tokens and passwords must not reach a CI log.
 */}}
 {{- define "pdfqueue.validateValues" -}}
 {{- include "pdfqueue.validateAuth" . }}
-{{- include "pdfqueue.worker.terminationGracePeriodSeconds" . | substr 0 0 }}
+{{- include "pdfqueue.validateShutdown" . }}
+{{- include "pdfqueue.validateOperatorStrategy" . }}
+{{- include "pdfqueue.validatePasswords" . }}
+{{- include "pdfqueue.validateExtraEnv" . }}
 {{- include "pdfqueue.validateSourcePrefix" . }}
 {{- include "pdfqueue.validateNamespaceTenants" . }}
+{{- end }}
+
+{{/*
+The shutdown rule: terminationGracePeriodSeconds > jobCompletionWaitSeconds > jobTimeoutSeconds + 5
+(arq's hard limit is the job's own deadline plus 5 s; see pdfqueue.settings.ARQ_TIMEOUT_MARGIN_S).
+*/}}
+{{- define "pdfqueue.validateShutdown" -}}
+{{- $w := .Values.worker }}
+{{- $timeout := addf (float64 $w.jobTimeoutSeconds) 5.0 }}
+{{- $wait := float64 $w.jobCompletionWaitSeconds }}
+{{- if le $wait $timeout }}
+{{- fail (printf "worker.jobCompletionWaitSeconds (%v) must exceed worker.jobTimeoutSeconds + 5 (%v): arq would cut running jobs off at SIGTERM" $w.jobCompletionWaitSeconds $timeout) }}
+{{- end }}
+{{- $grace := include "pdfqueue.worker.terminationGracePeriodSeconds" . }}
+{{- if le (float64 $grace) $wait }}
+{{- fail (printf "worker.terminationGracePeriodSeconds (%v) must exceed worker.jobCompletionWaitSeconds (%v): the kubelet would SIGKILL workers still finishing jobs" $grace $w.jobCompletionWaitSeconds) }}
+{{- end }}
+{{- end }}
+
+{{/* Two operators at once both scale the workers: a rolling update needs kopf peering. */}}
+{{- define "pdfqueue.validateOperatorStrategy" -}}
+{{- if and (eq .Values.operator.updateStrategy.type "RollingUpdate") (not .Values.operator.peering) }}
+{{- fail "operator.updateStrategy.type=RollingUpdate runs two operators during a rollout: keep Recreate, or set operator.peering=true" }}
+{{- end }}
+{{- end }}
+
+{{/* Settings puts a bundled service's password into its URL as it is (arq does not unescape). */}}
+{{- define "pdfqueue.validatePasswords" -}}
+{{- range $name, $password := dict "redis.password" .Values.redis.password "postgresql.password" .Values.postgresql.password }}
+{{- if and $password (not (regexMatch "^[A-Za-z0-9._~-]+$" $password)) }}
+{{- fail (printf "%s may hold only A-Z a-z 0-9 - . _ ~ (it goes into a URL as it is; value not shown)" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* config.extraEnv may replace a chart setting, but never a Secret reference. */}}
+{{- define "pdfqueue.validateExtraEnv" -}}
+{{- $fromSecrets := list "PDFQUEUE_REDIS_URL" "PDFQUEUE_REDIS_PASSWORD" "PDFQUEUE_DATABASE_URL" "PDFQUEUE_DATABASE_PASSWORD" "PDFQUEUE_API_TOKENS" "PDFQUEUE_API_TOKENS_FILE" "AWS_ACCESS_KEY_ID" "AWS_SECRET_ACCESS_KEY" }}
+{{- range $name, $_ := .Values.config.extraEnv }}
+{{- if has $name $fromSecrets }}
+{{- fail (printf "config.extraEnv.%s: this variable comes from a Secret; set it through the chart's Secret values" $name) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The API files every tenant's PdfBatches in the release namespace: mapping it to one tenant

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from functools import wraps
 from typing import Any
@@ -20,7 +20,7 @@ from pdfqueue import metrics, tracing
 from pdfqueue.errors import transient_reason
 from pdfqueue.telemetry import log_context
 
-Task = Callable[..., Awaitable[Any]]
+Task = Callable[..., Coroutine[Any, Any, Any]]
 
 
 def observed_job(function: str, *, link: bool) -> Callable[[Task], Task]:

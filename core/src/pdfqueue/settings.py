@@ -7,8 +7,17 @@ import re
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from pdfqueue.errors import ConfigurationError
@@ -21,6 +30,7 @@ TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 """A tenant the operator accepts: it becomes a folder name under the source prefix."""
 _TENANT = re.compile(TENANT_PATTERN)
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
 
 
 def valid_tenant(name: str) -> bool:
@@ -100,6 +110,21 @@ def _stored_hash(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
 
+def _with_password(service: str, url: str, password: object) -> str:
+    """`url` with `password` in its user part; never echoes either (both are secrets)."""
+    name = f"PDFQUEUE_{service.upper()}"
+    secret = password.get_secret_value() if isinstance(password, SecretStr) else str(password)
+    if not _URL_SAFE.fullmatch(secret):
+        msg = f"{name}_PASSWORD may hold only A-Z a-z 0-9 - . _ ~ (it goes into a URL as it is)"
+        raise ValueError(msg)
+    parts = urlsplit(url)
+    if parts.password is not None:
+        msg = f"{name}_URL carries a password and {name}_PASSWORD is set: choose one"
+        raise ValueError(msg)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{secret}@{host}"))
+
+
 class Settings(BaseSettings):
     """Configuration for every pdfqueue process, built once at start and passed down."""
 
@@ -116,6 +141,11 @@ class Settings(BaseSettings):
     """Refuse to start (instead of warning) when Redis is not `noeviction` with AOF on."""
     database_url: str = "postgresql://pdfqueue:pdfqueue@127.0.0.1:5432/pdfqueue"
     """PostgreSQL holding the durable record and the host application's users table."""
+    redis_password: SecretStr | None = None
+    """Password put into a `redis_url` that carries none (e.g. from a Kubernetes Secret, while
+    the URL sits in a ConfigMap). URL-safe characters only: `A-Z a-z 0-9 - . _ ~`."""
+    database_password: SecretStr | None = None
+    """Password put into a `database_url` that carries none, like `redis_password`."""
     storage_url: str = "file://./.pdfqueue/storage"
     """Where uploads and linked PDFs live: `s3://bucket/prefix` or `file:///path`."""
     s3_endpoint_url: str | None = None
@@ -306,6 +336,18 @@ class Settings(BaseSettings):
         ),
     )
     """Standard OTel variable: setting an endpoint turns trace export on."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _add_service_passwords(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        for service in ("redis", "database"):
+            password = data.get(f"{service}_password")
+            if password:
+                url = data.get(f"{service}_url") or cls.model_fields[f"{service}_url"].default
+                data = {**data, f"{service}_url": _with_password(service, str(url), password)}
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -30,13 +30,10 @@ MAX_RETRY_DELAY_S = 300.0
 
 
 @kopf.on.startup()
-async def startup(
-    settings: kopf.OperatorSettings,
-    memo: kopf.Memo,
-    worker_deployments: kopf.Index[Key, WorkerDeployment],
-    hpa_targets: kopf.Index[Key, str],
-    **_: Any,
-) -> None:
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: Any) -> None:
+    # kopf passes each index by its handler's name, as a keyword its ActivityFn type leaves open.
+    worker_deployments: kopf.Index[Key, WorkerDeployment] = indices["worker_deployments"]
+    hpa_targets: kopf.Index[Key, str] = indices["hpa_targets"]
     setup_logging()  # again for `kopf run -m`, whose own plain format is not redacted
     config = Settings()
     # Only worker Deployments are watched at all (server-side), not every Deployment.
@@ -69,9 +66,11 @@ def worker_deployments(body: kopf.Body, **_: Any) -> dict[Key, WorkerDeployment]
 
 
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers")
-def hpa_targets(spec: kopf.Spec, namespace: str, name: str, **_: Any) -> dict[Key, str] | None:
+def hpa_targets(
+    spec: kopf.Spec, namespace: str | None, name: str, **_: Any
+) -> dict[Key, str] | None:
     target = spec.get("scaleTargetRef") or {}
-    if target.get("kind") != "Deployment":
+    if namespace is None or target.get("kind") != "Deployment":  # HPAs are namespaced
         return None
     return {(namespace, target["name"]): name}
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from kubernetes.aio import client, config
 from kubernetes.aio.client.exceptions import ApiException
+from kubernetes.aio.client.models import CoreV1Event
 from kubernetes.aio.config.config_exception import ConfigException
 
 from pdfqueue.pdfbatch import GROUP, PLURAL, VERSION
@@ -59,13 +60,14 @@ class Kube:
     async def get_pdfbatch(self, ref: ObjectRef) -> dict[str, Any] | None:
         """The object, or None if it is gone (or was replaced by another of the same name)."""
         try:
-            body: dict[str, Any] = await self.custom.get_namespaced_custom_object(
+            found = await self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, ref.namespace, PLURAL, ref.name, _request_timeout=TIMEOUT_S
             )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
+        body = _custom_object(found)
         return body if body["metadata"]["uid"] == ref.uid else None
 
     async def patch_pdfbatch_status(
@@ -143,7 +145,14 @@ class Kube:
         }
         try:
             await self.core.create_namespaced_event(
-                involved["namespace"], body, _request_timeout=TIMEOUT_S
+                involved["namespace"], CoreV1Event.model_validate(body), _request_timeout=TIMEOUT_S
             )
         except Exception as exc:  # an Event is a courtesy; the log line already says it
             log.warning("could not post event %s on %s: %r", reason, involved["name"], exc)
+
+
+def _custom_object(found: object) -> dict[str, Any]:
+    """A custom object as the API server returns it (the client declares only `object`)."""
+    if not isinstance(found, dict):
+        raise TypeError(f"custom object is a {type(found).__name__}, not a JSON object")
+    return found

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import itertools
 import posixpath
-import struct
 import zipfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -13,9 +12,9 @@ from typing import Any
 from pdfqueue.errors import ArchiveRejected, PermanentError
 from pdfqueue.storage import Backend
 from pdfqueue.zipdir import DirectoryLimits, Entry, walk_directory
+from pdfqueue_worker.payload import LOCAL_HEADER, LOCAL_SIGNATURE, data_start
 
 _SUPPORTED_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
-_LOCAL_HEADER = struct.Struct(zipfile.structFileHeader)
 _NAME_MARGIN = 1024  # local header name + extra field; read again if it is larger
 
 
@@ -55,7 +54,7 @@ class Member:
     @property
     def end(self) -> int:
         """Where a read of this member may stop: its data plus room for the local header."""
-        return self.offset + _LOCAL_HEADER.size + _NAME_MARGIN + self.compressed_size
+        return self.offset + LOCAL_HEADER.size + _NAME_MARGIN + self.compressed_size
 
     def to_job(self) -> dict[str, Any]:
         return asdict(self)
@@ -210,16 +209,10 @@ class _Span:
 
 def _decode(span: _Span, m: Member) -> bytes:
     """The uncompressed bytes of one member, checked against its size and CRC."""
-    header = span.read(m.offset, _LOCAL_HEADER.size)
-    if len(header) < _LOCAL_HEADER.size or header[:4] != zipfile.stringFileHeader:
+    header = span.read(m.offset, LOCAL_HEADER.size)
+    if len(header) < LOCAL_HEADER.size or header[:4] != LOCAL_SIGNATURE:
         raise MemberRejected("corrupt_member", f"{m.name!r}: no local header at its offset")
-    fields = _LOCAL_HEADER.unpack(header)
-    start = (
-        m.offset
-        + _LOCAL_HEADER.size
-        + fields[zipfile._FH_FILENAME_LENGTH]
-        + fields[zipfile._FH_EXTRA_FIELD_LENGTH]
-    )
+    start = m.offset + data_start(header)
     info = zipfile.ZipInfo(m.name)
     info.compress_type, info.compress_size, info.file_size, info.CRC = (
         m.method,

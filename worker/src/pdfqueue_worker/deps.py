@@ -42,5 +42,5 @@ class Deps:
         half of each delay is fixed, so the tries always span at least half the schedule.
         """
         s = self.settings
-        ceiling = min(s.retry_max_delay_s, s.retry_base_delay_s * 2 ** (job_try - 1))
+        ceiling = min(s.retry_max_delay_s, s.retry_base_delay_s * 2.0 ** (job_try - 1))
         return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 (not crypto)

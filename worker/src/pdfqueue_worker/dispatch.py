@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from functools import wraps
 from typing import Any
 
@@ -12,7 +12,7 @@ from pdfqueue.queue import Job, enqueue_chunked
 from pdfqueue_worker.deps import Deps
 
 log = logging.getLogger(__name__)
-Task = Callable[..., Awaitable[Any]]
+Task = Callable[..., Coroutine[Any, Any, Any]]
 
 
 async def submit(deps: Deps, batch_id: str, jobs: Iterable[Job]) -> int:

@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pdfqueue_worker.archive import Member
 
-_HEADER = struct.Struct(zipfile.structFileHeader)
+# A ZIP local file header (APPNOTE 4.3.7), as zipfile reads it but does not export:
+# signature, versions, flags, method, time, date, CRC, sizes, name and extra field lengths.
+LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+LOCAL_SIGNATURE = b"PK\x03\x04"
+_NAME_LENGTH, _EXTRA_LENGTH = 10, 11  # their places among the unpacked fields
 
 
 class Uninflatable(Exception):
@@ -46,24 +50,24 @@ def cut(data: bytes, start: int, member: Member) -> tuple[bytes, int]:
     and how many more bytes it needs past what `data` holds (a local header may be long)."""
     lo = member.offset - start
     raw = data[lo : lo + member.end - member.offset]
-    if len(raw) < _HEADER.size or raw[:4] != zipfile.stringFileHeader:
+    if len(raw) < LOCAL_HEADER.size or raw[:4] != LOCAL_SIGNATURE:
         return raw, 0  # inflating it will say what is wrong
-    return raw, max(_data_start(raw) + member.compressed_size - len(raw), 0)
+    return raw, max(data_start(raw) + member.compressed_size - len(raw), 0)
 
 
-def _data_start(raw: bytes) -> int:
-    fields = _HEADER.unpack(raw[: _HEADER.size])
-    name, extra = fields[zipfile._FH_FILENAME_LENGTH], fields[zipfile._FH_EXTRA_FIELD_LENGTH]
-    return _HEADER.size + name + extra
+def data_start(header: bytes) -> int:
+    """Where a member's compressed data starts, counted from its local header's first byte."""
+    fields: tuple[int, ...] = LOCAL_HEADER.unpack(header[: LOCAL_HEADER.size])
+    return LOCAL_HEADER.size + fields[_NAME_LENGTH] + fields[_EXTRA_LENGTH]
 
 
 def inflate(raw: bytes, packed: Packed) -> bytes:
     """The member's bytes, checked against its size and CRC, from its local header and
     compressed data: never more than its declared size (at most PDFQUEUE_MAX_PDF_BYTES),
     and `too_large` when memory runs out first."""
-    if len(raw) < _HEADER.size or raw[:4] != zipfile.stringFileHeader:
+    if len(raw) < LOCAL_HEADER.size or raw[:4] != LOCAL_SIGNATURE:
         raise Uninflatable("corrupt_member", f"{packed.name!r}: no local header at its offset")
-    start = _data_start(raw)
+    start = data_start(raw)
     body = raw[start : start + packed.compressed_size]
     if len(body) < packed.compressed_size:
         raise Uninflatable("corrupt_member", f"{packed.name!r}: the archive ends inside it")

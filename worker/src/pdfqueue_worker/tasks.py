@@ -7,7 +7,7 @@ import contextlib
 import hashlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from functools import wraps
 from typing import Any
 
@@ -44,7 +44,7 @@ LINK_INFLATED_BYTES = 16 * 1024**2
 single member that big): the worker inflates a member only to store it, parsing processes
 inflate what they read under their own memory cap."""
 
-Task = Callable[..., Awaitable[Any]]
+Task = Callable[..., Coroutine[Any, Any, Any]]
 
 
 def keeps_try_on_shutdown(task: Task) -> Task:
@@ -346,8 +346,8 @@ async def _link(
     sha256 = hashlib.sha256(data).hexdigest()
     key = f"pdfs/{user.id}/{sha256}.pdf"
     if user.pdf_url is not None:
-        reason = "duplicate" if user.pdf_url == key else "already_linked"
-        return ref, Decision(Outcome.SKIPPED_ALREADY_EXISTS, reason, user.id, sha256)
+        skip = "duplicate" if user.pdf_url == key else "already_linked"
+        return ref, Decision(Outcome.SKIPPED_ALREADY_EXISTS, skip, user.id, sha256)
     with stage("store"):
         await deps.storage.put(key, data)
     with stage("claim"):
