@@ -56,7 +56,7 @@ GROWTH = 1.10
 
 
 def email(user_id: int) -> str:
-    return f"load{user_id}@example.com"
+    return f"load{user_id}@people.example"
 
 
 class StubStorage:
