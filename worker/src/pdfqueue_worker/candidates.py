@@ -66,6 +66,8 @@ _SPACED_AT = re.compile(r"(?<=[a-z0-9._-])[ \t]{0,3}@[ \t]{0,3}(?=[a-z0-9])", re
 _SPACED_DOT = re.compile(
     r"(?<=[a-z0-9])[ \t]{1,2}\.[ \t]{0,2}(?=(?:com|org|net|edu)\b)", re.IGNORECASE
 )
+_DOT_SPACE = re.compile(r"(?<=[a-z0-9])\. (?=[a-z0-9._-]{1,64} {0,3}@)", re.IGNORECASE)
+"""`frances. liskov@...`: OCR reads a space after a dot inside a local part."""
 _HINT = re.compile(r"@|[\[({<] ?at ?[\])}>]| dot ", re.IGNORECASE)
 """A line worth de-obfuscating: most lines are not, and skipping them keeps pages fast."""
 _NEEDLES = ("@", "at]", "at)", "at}", "at>", " dot ")
@@ -128,8 +130,10 @@ def _region_candidates(
     weak = _joined(lines)
     for start, line in lines:
         if "@" in line:
-            for address in find_emails(line):
-                add(address, Source.LINE_JOIN if address in weak else Source.TEXT, start)
+            for variant in _merged(line):
+                for address in find_emails(variant):
+                    joined = address in weak or variant is not line
+                    add(address, Source.LINE_JOIN if joined else Source.TEXT, start)
     for address, at in weak.items():
         add(address, Source.LINE_JOIN, at)
     for start, line in lines:
@@ -216,6 +220,15 @@ def _joined(lines: list[tuple[int, str]]) -> dict[str, int]:
     return weak
 
 
+def _merged(line: str) -> tuple[str, ...]:
+    """The line as it is, or, where PDFium merged a word hyphenated at a line end (it marks
+    the hyphen U+FFFE, older versions U+0002), the joined and the hyphen-kept variants."""
+    if "\ufffe" not in line and "\x02" not in line:
+        return (line,)
+    joined = line.replace("\ufffe", "").replace("\x02", "")
+    return joined, line.replace("\ufffe", "-").replace("\x02", "-")
+
+
 def _continues(tail: str, head: str) -> bool:
     """Whether `head` may continue an address cut at the end of `tail`: the tail ends in
     what cannot end an address (`-`, `.`, `@`, a domain without its TLD), or the head is
@@ -238,6 +251,7 @@ def deobfuscate(line: str) -> str:
     out = _BRACKET_DOT.sub(".", _BRACKET_AT.sub("@", line))
     if _WORD_DOT.search(out):  # plain words only as a pair: `at` alone is ordinary prose
         out = _WORD_DOT.sub(".", _WORD_AT.sub("@", out))
+    out = _DOT_SPACE.sub(".", out)
     return _SPACED_DOT.sub(".", _SPACED_AT.sub("@", out))
 
 
