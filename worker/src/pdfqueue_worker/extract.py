@@ -150,7 +150,7 @@ def _read_pages(
 ) -> Result:
     found: dict[str, Candidate] = {}
     has_text = needs_ocr = False
-    budget = how.budget
+    budget, used = how.budget, 0
     pages = len(document)
     last = min(pages, max_pages)
     for number in range(start_page, last):
@@ -162,7 +162,9 @@ def _read_pages(
                 if how.handover and not found:
                     return Result("", (), pages, has_text, None, ocr_from=number)
                 if budget > 0:
-                    text, source, budget = _ocr(page, text, budget, how.tessdata)
+                    text, source = _ocr(page, text, how.tessdata)
+                    budget = budget - 1 if source is Source.OCR else 0  # none: no more tries
+                    used += source is Source.OCR
                 needs_ocr = needs_ocr or source is Source.TEXT
         finally:
             page.close()
@@ -170,23 +172,16 @@ def _read_pages(
         for c in page_candidates(text, number, source=source, uris=uris, max_chars=max_page_chars):
             found.setdefault(c.address, c)
         if found and number + 1 < last:
-            return Result(
-                "", tuple(found.values()), pages, has_text, number + 1, None,
-                how.budget - budget, needs_ocr,
-            )  # fmt: skip
-    return Result(
-        "", tuple(found.values()), pages, has_text, None, None, how.budget - budget, needs_ocr
-    )
+            return Result("", tuple(found.values()), pages, has_text, number + 1, None, used)
+    return Result("", tuple(found.values()), pages, has_text, None, None, used, needs_ocr)
 
 
-def _ocr(
-    page: pdfium.PdfPage, text: str, budget: int, tessdata: str | None
-) -> tuple[str, Source, int]:
+def _ocr(page: pdfium.PdfPage, text: str, tessdata: str | None) -> tuple[str, Source]:
     """The page read by OCR, if this process can; else its text layer as it is."""
     try:
-        return ocr.read_page(page, tessdata), Source.OCR, budget - 1
+        return ocr.read_page(page, tessdata), Source.OCR
     except ocr.OcrUnavailable:
-        return text, Source.TEXT, 0
+        return text, Source.TEXT
 
 
 def _page_text(document: pdfium.PdfDocument, page: pdfium.PdfPage) -> tuple[str, tuple[str, ...]]:

@@ -46,7 +46,7 @@ def unusable(text: str) -> bool:
     if "(cid:" not in text and _GLYPH.search(text) is None:  # the usual page, at C speed
         return not text.strip()
     shown = len(text) - len(_SPACE.findall(text))
-    unknown = len(_UNKNOWN.findall(text))
+    unknown = sum(len(glyph) for glyph in _UNKNOWN.findall(text))
     return shown == 0 or unknown > _UNUSABLE * shown
 
 
