@@ -32,11 +32,15 @@ if TYPE_CHECKING:
     from pdfqueue_worker.archive import Member
 
 PDF_MAGIC_WINDOW = 1024  # the PDF spec lets junk precede %PDF- within the first KiB
-KEPT_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TESSDATA_PREFIX")
+KEPT_ENVIRONMENT = (
+    *("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TESSDATA_PREFIX"),
+    "OMP_THREAD_LIMIT",  # set by the process itself (see `_prepare`)
+)
+"""All a parsing process keeps of the worker's environment: never a password, key or token."""
 MAX_LINKS_PER_PAGE = 256
 """Link annotations examined per page for a `mailto:` (a résumé has a handful)."""
 MAX_URI_BYTES = 2048
-"""All a parsing process keeps of the worker's environment: never a password, key or token."""
+"""Longest link URI read (a `mailto:` is far shorter)."""
 _AT = re.compile("[@\ufe6b\uff20]")
 """@ and the two characters NFKC folds to it (the address scan normalizes with NFKC)."""
 # PDFium does not return allocation failures: at the memory cap it aborts the process, and a
