@@ -22,6 +22,8 @@ deps:  ## uv and the locked Python environment
 	@command -v uv >/dev/null || [ -x "$(UV)" ] || python3 -m pip install --quiet --user uv \
 	  || python3 -m pip install --quiet --break-system-packages uv
 	$(UV) sync --frozen --quiet
+	@bash tools/services.sh tesseract >/dev/null \
+	  || echo "no Tesseract (needs root for apt-get): scanned PDFs will be skipped as needs_ocr" >&2
 
 tools:  ## versitygw, the Kubernetes control plane and helm, built once and cached by version
 	bash tools/build-binaries.sh
@@ -33,6 +35,7 @@ services-stop:
 	bash tools/services.sh stop $(STATE)
 
 test: deps tools
+	bash tools/services.sh tesseract
 	bash tools/services.sh start $(STATE)
 	eval "$$(bash tools/services.sh env $(STATE))"; \
 	rc=0; $(UV) run pytest $(PYTEST_ARGS) || rc=$$?; \

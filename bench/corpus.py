@@ -130,7 +130,7 @@ def parse_cost_ms(
     }
 
 
-def _costs(read: Callable[[bytes, int], tuple[Any, ...]], docs: list[bytes]) -> list[float]:
+def _costs(read: Callable[[bytes, int], Any], docs: list[bytes]) -> list[float]:
     read(docs[0], 50)  # imports and caches out of the measurement
     costs = []
     for data in docs:

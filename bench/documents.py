@@ -64,7 +64,7 @@ PRODUCERS = tuple(Producer)
 LAST_PAGE_SHARE = 0.2
 """Of long résumés, how many give their address only on the last page."""
 MIXED_CASE_SHARE = 0.15
-"""Of résumés, how many write their address in mixed case (`Ada.Lovelace.7@Example.COM`)."""
+"""Of résumés, how many write their address in mixed case (`Ada.Lovelace.7@People.EXAMPLE`)."""
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,13 @@ from pdfqueue_worker.extract import ENGINES, Extractor, Result, death_reason
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def probe(engine: str, data: bytes, max_pages: int) -> tuple[Result, float, int]:
+def probe(
+    engine: str, data: bytes, max_pages: int, max_page_chars: int
+) -> tuple[Result, float, int]:
     """Runs in a parsing process: the worker's read, its CPU ms, and this process's peak
     RSS so far (KiB)."""
     started = time.process_time()
-    result = ENGINES[engine](data, max_pages)
+    result = ENGINES[engine](data, max_pages, 0, max_page_chars)
     cpu_ms = (time.process_time() - started) * 1000
     return result, cpu_ms, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
@@ -45,12 +47,14 @@ async def one(extractor: Extractor, engine: str, data: bytes) -> dict[str, Any]:
     """One file as the worker reads it; the outcome is "ok" or the worker's per-file reason."""
     started = time.monotonic()
     future = extractor.pool.schedule(
-        probe, args=(engine, data, extractor.max_pages), timeout=extractor.timeout_s
+        probe,
+        args=(engine, data, extractor.max_pages, extractor.max_page_chars),
+        timeout=extractor.timeout_s,
     )
     out: dict[str, Any] = {}
     try:
-        (reason, emails, pages, _, _), cpu_ms, rss_kib = await asyncio.wrap_future(future)
-        out = {"outcome": reason or "ok", "emails": emails, "pages": pages}
+        result, cpu_ms, rss_kib = await asyncio.wrap_future(future)
+        out = {"outcome": result.reason or "ok", "emails": result.emails, "pages": result.pages}
         out |= {"cpu_ms": cpu_ms, "rss_kib": rss_kib}
     except FutureTimeout:
         out = {"outcome": "timeout"}
@@ -61,14 +65,7 @@ async def one(extractor: Extractor, engine: str, data: bytes) -> dict[str, Any]:
 
 
 async def run_engine(engine: str, files: list[Path], settings: Settings) -> dict[str, Any]:
-    extractor = Extractor(
-        processes=settings.extract_processes,
-        timeout_s=settings.extract_timeout_s,
-        max_pages=settings.extract_max_pages,
-        memory_bytes=settings.extract_memory_bytes,
-        tasks_per_process=settings.extract_tasks_per_process,
-        engine=engine,
-    )
+    extractor = Extractor.from_settings(settings, engine=engine)
     limit = asyncio.Semaphore(max(1, settings.extract_processes))
     per_file: dict[str, dict[str, Any]] = {}
 

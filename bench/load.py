@@ -40,6 +40,7 @@ from pdfqueue.queue import Job, enqueue_chunked
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState, utcnow
 from pdfqueue_worker.app import build_worker
+from pdfqueue_worker.candidates import Candidate, Source
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extraction
 
@@ -58,7 +59,7 @@ GROWTH = 1.10
 
 
 def email(user_id: int) -> str:
-    return f"load{user_id}@example.com"
+    return f"load{user_id}@people.example"
 
 
 class StubStorage:
@@ -88,7 +89,8 @@ class StubExtractor:
 
     async def extract(self, data: bytes, start_page: int = 0) -> Extraction:
         user_id = int(data.removeprefix(STUB).rsplit(b"/", 1)[-1])
-        return Extraction([email(user_id)], pages=1, has_text=True)
+        found = Candidate(email(user_id), Source.TEXT, page=0, contact=True)
+        return Extraction(candidates=(found,), pages=1, has_text=True)
 
     def close(self) -> None:
         return None

@@ -32,7 +32,7 @@ from pdfqueue.samples import (
 
 TEMPLATES = 300
 """Distinct rendered résumés a corpus cycles through."""
-DOMAIN = "@example.com"
+DOMAIN = "@people.example"
 
 
 def _render_plain(f: SampleFile, seed: int) -> bytes:

@@ -197,7 +197,7 @@ IMAGE_CONTENTS = {
         "api",
     ),
     ("Dockerfile.worker", "/venvs/worker"): (
-        ["pdfqueue_worker", "pypdf", "pebble", "arq"],
+        ["pdfqueue_worker", "pypdf", "pebble", "arq", "tesserocr", "email_validator"],
         [
             "fastapi",
             "starlette",

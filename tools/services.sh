@@ -30,7 +30,7 @@ die() { echo "services: ERROR: $*" >&2; exit 1; }
 say() { echo "services: $*" >&2; }
 
 usage() {
-  echo "usage: $0 start DIR [--no-s3] | stop DIR | env DIR | prometheus | chromium" >&2
+  echo "usage: $0 start DIR [--no-s3] | stop DIR | env DIR | prometheus | chromium | tesseract" >&2
   exit 2
 }
 
@@ -271,10 +271,21 @@ chromium_install() {
   command -v chromium
 }
 
+# Tesseract's English data for OCR of scanned PDFs (the worker's tesserocr wheel brings the
+# library itself; Debian's tesseract-ocr brings the command and the eng.traineddata it reads).
+TESSDATA=/usr/share/tesseract-ocr/5/tessdata
+tesseract_install() {
+  [ -f "$TESSDATA/eng.traineddata" ] && command -v tesseract >/dev/null 2>&1 ||
+    apt_install tesseract-ocr tesseract-ocr-eng
+  [ -f "$TESSDATA/eng.traineddata" ] || die "no $TESSDATA/eng.traineddata after installing"
+  echo "$TESSDATA"
+}
+
 # ---------------------------------------------------------------------------
 cmd="${1:-}"; [ $# -gt 0 ] && shift || usage
 if [ "$cmd" = prometheus ]; then prometheus_install; exit 0; fi
 if [ "$cmd" = chromium ]; then chromium_install; exit 0; fi
+if [ "$cmd" = tesseract ]; then tesseract_install; exit 0; fi
 DIR=""; WITH_S3=1; ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in

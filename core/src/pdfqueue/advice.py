@@ -5,11 +5,21 @@ from __future__ import annotations
 ADVICE: dict[str, tuple[str, str]] = {
     "no_email": (
         "No email address found in the PDF.",
-        "Check the file is the right document; a scan needs a text layer (run OCR on it).",
+        "Check the file is the right document; an address only in an image may be unreadable.",
     ),
     "no_text": (
         "The PDF has no readable text.",
         "It is probably a scan: run OCR on it, or ask for a text PDF.",
+    ),
+    "needs_ocr": (
+        "The PDF is a scan (no usable text layer) and OCR is not available or turned off.",
+        "Install Tesseract in the worker (tesseract-ocr, tesseract-ocr-eng), or set"
+        " PDFQUEUE_OCR_MAX_PAGES above 0, then retry; or ask for a text PDF.",
+    ),
+    "ambiguous": (
+        "The PDF names two different users where its owner's address belongs.",
+        "Nothing was linked: check whose résumé it is, and link it by hand or remove the"
+        " other address, then upload it again.",
     ),
     "no_user": (
         "The email found matches no user.",

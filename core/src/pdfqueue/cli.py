@@ -54,6 +54,7 @@ OUTCOME_LABELS = {
     "linked": "linked",
     "skipped_no_match": "no match",
     "skipped_already_exists": "already linked",
+    "skipped_ambiguous": "two users",
     "failed": "failed",
 }
 
@@ -414,6 +415,7 @@ def print_summary(status: dict[str, Any], *, as_json: bool) -> None:
         "linked",
         "skipped_no_match",
         "skipped_already_exists",
+        "skipped_ambiguous",
         "failed",
         "ignored",
     ):

@@ -219,9 +219,9 @@ class Database:
         counts = await self.outcome_counts(batch_id)
         row = await self.pool.fetchrow(
             "UPDATE pdfqueue_batches SET status = $2, error = COALESCE($3, error),"
-            " completed_at = COALESCE(completed_at, now()), processed = $4, linked = $5,"
-            " skipped_no_match = $6, skipped_already_exists = $7, failed = $8"
-            " WHERE id = $1 RETURNING *",
+            " completed_at = COALESCE(completed_at, now()), processed = $4, "
+            + ", ".join(f"{c} = ${i}" for i, c in enumerate(COUNTERS, start=5))
+            + " WHERE id = $1 RETURNING *",
             batch_id,
             status.value,
             error,
@@ -275,6 +275,7 @@ class Database:
             [r.reason for r in rows],
             [r.user_id for r in rows],
             [r.sha256 for r in rows],
+            [r.ocr for r in rows],
         )
         stored = {f["idx"]: (Outcome(f["outcome"]), f["reason"]) for f in found}
         if missing := [r.ref.index for r in rows if r.ref.index not in stored]:
@@ -283,7 +284,7 @@ class Database:
         return stored
 
     async def claim(
-        self, ref: FileRef, *, user_id: int, object_key: str, sha256: str
+        self, ref: FileRef, *, user_id: int, object_key: str, sha256: str, ocr: bool = False
     ) -> tuple[Outcome, str | None]:
         """Link the user to the object only if nobody has, and record the file: one statement.
 
@@ -299,6 +300,7 @@ class Database:
             user_id,
             object_key,
             sha256,
+            ocr,
         )
         if row is None:  # a second delivery committed this file's row after our snapshot
             row = await self.pool.fetchrow(_READ_FILES, ref.batch_id, [ref.index])
@@ -306,7 +308,8 @@ class Database:
 
     async def files(self, batch_id: str, *, after: int = -1, limit: int = 1000) -> list[FileResult]:
         rows = await self.pool.fetch(
-            "SELECT idx, name, outcome, reason, user_id, object_key, sha256 FROM pdfqueue_files"
+            "SELECT idx, name, outcome, reason, user_id, object_key, sha256, ocr"
+            " FROM pdfqueue_files"
             " WHERE batch_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
             batch_id,
             after,
@@ -328,7 +331,8 @@ class Database:
             f"SELECT count(*) FROM pdfqueue_files WHERE {where}", *args
         )
         rows = await self.pool.fetch(
-            "SELECT idx, name, outcome, reason, user_id, object_key, sha256 FROM pdfqueue_files"
+            "SELECT idx, name, outcome, reason, user_id, object_key, sha256, ocr"
+            " FROM pdfqueue_files"
             f" WHERE {where} ORDER BY {_FILE_ORDER[query.sort]}"
             f" OFFSET ${len(args) + 1} LIMIT ${len(args) + 2}",
             *args,
@@ -383,15 +387,17 @@ class FileRow:
     reason: str | None = None
     user_id: int | None = None
     sha256: str | None = None
+    ocr: bool = False
 
 
 _RECORD_MANY = """
 WITH r AS (
-    SELECT * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[])
-        AS r (idx, name, outcome, reason, user_id, sha256)
+    SELECT * FROM unnest(
+        $2::int[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bool[]
+    ) AS r (idx, name, outcome, reason, user_id, sha256, ocr)
 ), ins AS (
-    INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason, user_id, sha256)
-    SELECT $1, idx, name, outcome, reason, user_id, sha256 FROM r
+    INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason, user_id, sha256, ocr)
+    SELECT $1, idx, name, outcome, reason, user_id, sha256, ocr FROM r
     ON CONFLICT DO NOTHING
     RETURNING idx, outcome, reason
 )
@@ -413,8 +419,8 @@ _READ_FILES = (
     "SELECT idx, outcome, reason FROM pdfqueue_files WHERE batch_id = $1 AND idx = ANY($2::int[])"
 )
 
-# $1 batch, $2 index, $3 name, $4 user id, $5 object key, $6 sha256. `u` locks the user's row
-# and, having waited for it, reads its latest committed pdf_url; the file's row goes in first,
+# $1 batch, $2 index, $3 name, $4 user id, $5 object key, $6 sha256, $7 ocr. `u` locks the user's
+# row and, having waited for it, reads its latest committed pdf_url; the file's row goes in first,
 # and only a row that went in (not a retry's second delivery) links the user.
 _CLAIM = """
 WITH u AS (
@@ -429,8 +435,10 @@ WITH u AS (
              WHEN (SELECT pdf_url FROM u) = $5 THEN 'duplicate'
              ELSE 'already_linked' END AS reason
 ), ins AS (
-    INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason, user_id, object_key, sha256)
-    SELECT $1, $2, $3, outcome, reason, $4, CASE WHEN outcome = 'linked' THEN $5 END, $6 FROM d
+    INSERT INTO pdfqueue_files
+        (batch_id, idx, name, outcome, reason, user_id, object_key, sha256, ocr)
+    SELECT $1, $2, $3, outcome, reason, $4, CASE WHEN outcome = 'linked' THEN $5 END, $6, $7
+    FROM d
     ON CONFLICT DO NOTHING
     RETURNING outcome, reason
 ), linked AS (
@@ -474,7 +482,7 @@ def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-_FILE_COLUMNS = ("name", "outcome", "reason", "user_id", "object_key", "sha256")
+_FILE_COLUMNS = ("name", "outcome", "reason", "user_id", "object_key", "sha256", "ocr")
 
 
 def _summary(row: Any) -> BatchSummary:

@@ -113,6 +113,11 @@ DOCUMENTS = Counter(
     ["outcome", "reason"],
     registry=None,
 )
+OCR_PAGES = Counter(
+    "pdfqueue_ocr_pages",
+    "Pages read by OCR because they had no usable text layer.",
+    registry=None,
+)
 STAGE_DURATION = Histogram(
     "pdfqueue_stage_duration_seconds",
     "Duration of one step of a process job: read, extract, match and record serve all of"
@@ -177,7 +182,15 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
         REDIS_MAXMEMORY,
     ),
     "api": (HTTP_DURATION, HTTP_REQUEST_SIZE),
-    "worker": (DOCUMENTS, STAGE_DURATION, JOB_DURATION, JOBS_IN_PROGRESS, RETRIES, WORKER_MAX_JOBS),
+    "worker": (
+        DOCUMENTS,
+        OCR_PAGES,
+        STAGE_DURATION,
+        JOB_DURATION,
+        JOBS_IN_PROGRESS,
+        RETRIES,
+        WORKER_MAX_JOBS,
+    ),
     "operator": (OPERATOR_DESIRED_REPLICAS, OPERATOR_REPLICAS, OPERATOR_SCALING_DECISIONS),
 }
 _registered: set[int] = set()
@@ -235,6 +248,12 @@ def batch_entered(status: BatchStatus) -> None:
 
 def document_counted(outcome: Outcome, reason: str | None) -> None:
     DOCUMENTS.labels(outcome.value, reason or "none").inc()
+
+
+def ocr_pages(pages: int) -> None:
+    """For a worker, the pages one read of a PDF took from OCR."""
+    if pages:
+        OCR_PAGES.inc(pages)
 
 
 def operator_observed(desired: int, ready: int) -> None:

@@ -28,6 +28,8 @@ class Outcome(StrEnum):
     SKIPPED_NO_MATCH = "skipped_no_match"
     SKIPPED_ALREADY_EXISTS = "skipped_already_exists"
     FAILED = "failed"
+    SKIPPED_AMBIGUOUS = "skipped_ambiguous"
+    """Addresses of two different users where the owner's belongs: no guess, no link."""
 
 
 COUNTERS = tuple(o.value for o in Outcome)
@@ -53,6 +55,8 @@ class BatchSummary(BaseModel):
     skipped_no_match: int
     skipped_already_exists: int
     failed: int
+    skipped_ambiguous: int = 0
+    """Files naming two different users where the owner's address belongs (never linked)."""
     ignored: int = 0
     """Members that are not PDFs (directories excluded); listed in the report, not counted."""
     error: str | None = None
@@ -108,6 +112,8 @@ class FileResult(BaseModel):
     object_key: str | None = None
     """Where the linked PDF is stored; null unless the tenant is in `PDFQUEUE_TRUSTED_TENANTS`."""
     sha256: str | None = None
+    ocr: bool = False
+    """The address was looked for by OCR (the file had pages without a usable text layer)."""
 
 
 class ReasonCount(BaseModel):

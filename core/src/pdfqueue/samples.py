@@ -145,7 +145,9 @@ def build_corpus(n_files: int, *, seed: int = 0, mix: Mix = Mix(), extra_users: 
     users: dict[int, SampleUser] = {}
     for uid in range(1, n_users + 1):
         first, last = rng.choice(FIRST), rng.choice(LAST)
-        users[uid] = SampleUser(uid, f"{first}.{last}.{uid}@example.com", f"{first} {last}", None)
+        users[uid] = SampleUser(
+            uid, f"{first}.{last}.{uid}@people.example", f"{first} {last}", None
+        )
     owner_of = dict(zip(owners, ids, strict=False))
     files: list[SampleFile] = []
     for i, kind in enumerate(kinds):
@@ -171,7 +173,7 @@ def _period(rng: random.Random, end_year: int) -> tuple[str, int]:
 
 def _mixed_case(email: str) -> str:
     local, _, _domain = email.partition("@")
-    return ".".join(p.capitalize() for p in local.split(".")) + "@Example.COM"
+    return ".".join(p.capitalize() for p in local.split(".")) + "@People.EXAMPLE"
 
 
 def _doc(f: SampleFile, rng: random.Random) -> FPDF:

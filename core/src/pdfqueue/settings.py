@@ -29,6 +29,14 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 """A tenant the operator accepts: it becomes a folder name under the source prefix."""
 _TENANT = re.compile(TENANT_PATTERN)
+PLACEHOLDER_DOMAINS = (
+    *("example.com", "example.org", "example.net", "reallygreatsite.com", "yourdomain.com"),
+    *("domain.com", "email.com", "youremail.com", "yourname.com", "yoursite.com", "company.com"),
+    *("yourwebsite.com", "website.com", "mysite.com", "sample.com", "test.com"),
+)
+"""Domains of résumé-template placeholders (Canva's `hello@reallygreatsite.com`, Word's
+`someone@example.com`, `yourname@email.com`, `you@yourdomain.com`): never a user's.
+`email.com` is a real mailbox provider too, but far more often a template's."""
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
 
@@ -279,6 +287,16 @@ class Settings(BaseSettings):
     extract_tasks_per_process: int = 5000
     """Recycle a parsing process after this many PDFs to bound slow leaks (its memory limit
     already bounds a fast one; recycling every 500 cost ~0.8 ms of CPU per PDF)."""
+    ocr_max_pages: int = Field(default=2, ge=0)
+    """Pages per PDF read by OCR (Tesseract) when they have no usable text layer: the first
+    such page, then the next only while no user matched. 0 turns OCR off (such files are
+    `skipped_no_match` with reason `needs_ocr`)."""
+    ocr_timeout_s: float = Field(default=10.0, gt=0)
+    """Hard limit for reading one PDF when OCR is needed (~1-2 s a page on one core), in
+    place of PDFQUEUE_EXTRACT_TIMEOUT_S; keep it under PDFQUEUE_JOB_TIMEOUT_S - 4 s too."""
+    placeholder_domains: Annotated[frozenset[str], NoDecode] = frozenset(PLACEHOLDER_DOMAINS)
+    """Domains, comma separated, whose addresses never link (nor do their subdomains'):
+    résumé templates ship with them (`hello@reallygreatsite.com`, `email@example.com`)."""
     job_timeout_s: float = 15.0
     """Deadline of one job; past it the job is retried (never lost). arq's own hard limit is
     this plus `ARQ_TIMEOUT_MARGIN_S`, and a SIGKILLed worker's job runs again after that
@@ -423,6 +441,13 @@ class Settings(BaseSettings):
     def _parse_tenants(cls, value: object) -> object:
         if isinstance(value, str):
             return frozenset(filter(None, (t.strip() for t in value.split(","))))
+        return value
+
+    @field_validator("placeholder_domains", mode="before")
+    @classmethod
+    def _parse_domains(cls, value: object) -> object:
+        if isinstance(value, str):
+            return frozenset(filter(None, (d.strip().lower() for d in value.split(","))))
         return value
 
     @field_validator("upload_part_bytes")

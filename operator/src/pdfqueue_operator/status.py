@@ -73,6 +73,7 @@ def progress(
         "linked": summary.linked,
         "skippedNoMatch": summary.skipped_no_match,
         "skippedAlreadyExists": summary.skipped_already_exists,
+        "skippedAmbiguous": summary.skipped_ambiguous,
         "failed": summary.failed,
         "ignored": summary.ignored,
         "message": message,

@@ -51,14 +51,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         state=BatchState(redis, settings.batch_ttl_s),
         db=Database(pool, settings.users_table, settings.users_tenant_column),
         storage=Storage.from_settings(settings, threads=STORAGE_CONNECTIONS),
-        extractor=Extractor(
-            processes=settings.extract_processes,
-            timeout_s=settings.extract_timeout_s,
-            max_pages=settings.extract_max_pages,
-            memory_bytes=settings.extract_memory_bytes,
-            tasks_per_process=settings.extract_tasks_per_process,
-            max_page_chars=settings.extract_max_page_chars,
-        ),
+        extractor=Extractor.from_settings(settings),
     )
     try:
         await ctx["deps"].db.check_users_table()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import io
 import logging
 import multiprocessing
@@ -12,7 +13,7 @@ import resource
 import signal
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pypdfium2 as pdfium
@@ -21,17 +22,25 @@ from pebble import ProcessExpired, ProcessPool
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
-from pdfqueue_worker.emails import DEFAULT_MAX_PAGE_CHARS, find_emails
+from pdfqueue_worker import ocr
+from pdfqueue_worker.candidates import Candidate, Source, page_candidates
+from pdfqueue_worker.emails import DEFAULT_MAX_PAGE_CHARS
 from pdfqueue_worker.payload import Packed, Uninflatable, inflate
 
 if TYPE_CHECKING:
+    from pdfqueue.settings import Settings
     from pdfqueue_worker.archive import Member
 
-Result = tuple[str, list[str], int, bool, int | None]
-"""(error reason or "", emails, pages, has_text, next page or None), from a parsing process."""
 PDF_MAGIC_WINDOW = 1024  # the PDF spec lets junk precede %PDF- within the first KiB
-KEPT_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+KEPT_ENVIRONMENT = (
+    *("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TESSDATA_PREFIX"),
+    "OMP_THREAD_LIMIT",  # set by the process itself (see `_prepare`)
+)
 """All a parsing process keeps of the worker's environment: never a password, key or token."""
+MAX_LINKS_PER_PAGE = 256
+"""Link annotations examined per page for a `mailto:` (a résumé has a handful)."""
+MAX_URI_BYTES = 2048
+"""Longest link URI read (a `mailto:` is far shorter)."""
 _AT = re.compile("[@\ufe6b\uff20]")
 """@ and the two characters NFKC folds to it (the address scan normalizes with NFKC)."""
 # PDFium does not return allocation failures: at the memory cap it aborts the process, and a
@@ -48,14 +57,50 @@ class Unreadable(Exception):
 
 
 @dataclass(frozen=True)
-class Extraction:
-    emails: list[str]
+class Result:
+    """What a parsing process read of one PDF (pickled back to the worker)."""
+
+    reason: str = ""
+    """Why the file cannot be read ("" when it was)."""
+    candidates: tuple[Candidate, ...] = ()
     """Candidate addresses in reading order, from the pages read."""
-    pages: int
-    has_text: bool
+    pages: int = 0
+    has_text: bool = False
     next_page: int | None = None
-    """Where reading stopped early, at the end of the first page with an address; None when
+    """Where reading stopped early, at the end of the first page with a candidate; None when
     every page (up to the limit) was read."""
+    ocr_from: int | None = None
+    """The first page without a usable text layer, where a read without OCR handed over."""
+    ocr_pages: int = 0
+    """Pages read by OCR."""
+    needs_ocr: bool = False
+    """A page had no usable text layer and was not read by OCR (none installed, or over
+    the OCR page limit)."""
+
+    @property
+    def emails(self) -> list[str]:
+        """The candidates' addresses, in reading order."""
+        return [c.address for c in self.candidates]
+
+
+Extraction = Result
+"""What `Extractor` returns: the parsing process's result."""
+
+
+@dataclass(frozen=True)
+class Ocr:
+    """How a read treats pages without a usable text layer."""
+
+    handover: bool = True
+    """Stop at the first such page (before any candidate) so OCR runs under its own limit."""
+    budget: int = 0
+    """Pages this read may OCR."""
+    tessdata: str | None = None
+    """Tesseract's language data folder (None: TESSDATA_PREFIX or Debian's)."""
+
+
+TEXT_ONLY = Ocr()
+NO_OCR = Ocr(handover=False)
 
 
 def _prepare(max_bytes: int) -> None:
@@ -65,27 +110,34 @@ def _prepare(max_bytes: int) -> None:
     kept = {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT}
     os.environ.clear()
     os.environ.update(kept)
+    # Tesseract's OpenMP threads would only fight the other parsing processes for the cores
+    # (and each reserves address space under the cap): one process, one thread.
+    os.environ["OMP_THREAD_LIMIT"] = "1"
     logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
 def read_pdf(
-    data: bytes, max_pages: int, start_page: int = 0, max_page_chars: int = DEFAULT_MAX_PAGE_CHARS
+    data: bytes,
+    max_pages: int,
+    start_page: int = 0,
+    max_page_chars: int = DEFAULT_MAX_PAGE_CHARS,
+    how: Ocr = TEXT_ONLY,
 ) -> Result:
-    """Runs in a pool process: pages from `start_page` on, up to the first page with an
-    address, which is page one for nearly every résumé (reading the rest would double the
+    """Runs in a pool process: pages from `start_page` on, up to the first page with a
+    candidate, which is page one for nearly every résumé (reading the rest would double the
     cost). PDFium's text page costs a third of pypdf's `extract_text` on dense pages."""
     try:
         document = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
-        return _refusal(exc.err_code), [], 0, False, None
+        return Result(_refusal(exc.err_code))
     except MemoryError:
-        return "too_large", [], 0, False, None
+        return Result("too_large")
     try:
-        return _read_pages(document, max_pages, start_page, max_page_chars)
+        return _read_pages(document, max_pages, start_page, max_page_chars, how)
     except MemoryError:
-        return "too_large", [], 0, False, None
+        return Result("too_large")
     except Exception:  # any parser failure on hostile input: this file is unreadable
-        return "unreadable", [], 0, False, None
+        return Result("unreadable")
     finally:
         document.close()
 
@@ -98,26 +150,71 @@ def _refusal(err_code: int | None) -> str:
 
 
 def _read_pages(
-    document: pdfium.PdfDocument, max_pages: int, start_page: int, max_page_chars: int
+    document: pdfium.PdfDocument, max_pages: int, start_page: int, max_page_chars: int, how: Ocr
 ) -> Result:
-    emails: list[str] = []
-    has_text = False
+    found: dict[str, Candidate] = {}
+    has_text = needs_ocr = False
+    budget, used = how.budget, 0
     pages = len(document)
     last = min(pages, max_pages)
     for number in range(start_page, last):
         page = document[number]
         try:
-            textpage = page.get_textpage()
-            text = textpage.get_text_range()
-            textpage.close()
+            text, uris = _page_text(document, page)
+            source = Source.TEXT
+            if ocr.unusable(text) and ocr.drawn(page):
+                if how.handover and not found:
+                    return Result("", (), pages, has_text, None, ocr_from=number)
+                if budget > 0:
+                    text, source = _ocr(page, text, how.tessdata)
+                    budget = budget - 1 if source is Source.OCR else 0  # none: no more tries
+                    used += source is Source.OCR
+                needs_ocr = needs_ocr or source is Source.TEXT
         finally:
             page.close()
         has_text = has_text or bool(text.strip())
-        found = find_emails(address_lines(text[:max_page_chars]), max_page_chars)
-        emails.extend(e for e in found if e not in emails)
-        if emails and number + 1 < last:
-            return "", emails, pages, has_text, number + 1
-    return "", emails, pages, has_text, None
+        for c in page_candidates(text, number, source=source, uris=uris, max_chars=max_page_chars):
+            found.setdefault(c.address, c)
+        if found and number + 1 < last:
+            return Result("", tuple(found.values()), pages, has_text, number + 1, None, used)
+    return Result("", tuple(found.values()), pages, has_text, None, None, used, needs_ocr)
+
+
+def _ocr(page: pdfium.PdfPage, text: str, tessdata: str | None) -> tuple[str, Source]:
+    """The page read by OCR, if this process can; else its text layer as it is."""
+    try:
+        return ocr.read_page(page, tessdata), Source.OCR
+    except ocr.OcrUnavailable:
+        return text, Source.TEXT
+
+
+def _page_text(document: pdfium.PdfDocument, page: pdfium.PdfPage) -> tuple[str, tuple[str, ...]]:
+    """The page's text layer and the URIs of its link annotations."""
+    textpage = page.get_textpage()
+    try:
+        text = textpage.get_text_range()
+    finally:
+        textpage.close()
+    return text, _link_uris(document, page)
+
+
+def _link_uris(document: pdfium.PdfDocument, page: pdfium.PdfPage) -> tuple[str, ...]:
+    """URIs of the page's link annotations (`/URI` actions), at most MAX_LINKS_PER_PAGE."""
+    uris: list[str] = []
+    position = ctypes.c_int(0)
+    link = pdfium_c.FPDF_LINK()
+    for _ in range(MAX_LINKS_PER_PAGE):
+        if not pdfium_c.FPDFLink_Enumerate(page.raw, ctypes.byref(position), ctypes.byref(link)):
+            break
+        action = pdfium_c.FPDFLink_GetAction(link)
+        if not action or pdfium_c.FPDFAction_GetType(action) != pdfium_c.PDFACTION_URI:
+            continue
+        size = pdfium_c.FPDFAction_GetURIPath(document.raw, action, None, 0)
+        if 0 < size <= MAX_URI_BYTES:
+            buffer = ctypes.create_string_buffer(size)
+            pdfium_c.FPDFAction_GetURIPath(document.raw, action, buffer, size)
+            uris.append(buffer.value.decode("latin-1"))
+    return tuple(uris)
 
 
 def address_lines(text: str) -> str:
@@ -136,31 +233,38 @@ def address_lines(text: str) -> str:
 
 
 def read_pdf_pypdf(
-    data: bytes, max_pages: int, start_page: int = 0, max_page_chars: int = DEFAULT_MAX_PAGE_CHARS
+    data: bytes,
+    max_pages: int,
+    start_page: int = 0,
+    max_page_chars: int = DEFAULT_MAX_PAGE_CHARS,
+    how: Ocr = NO_OCR,
 ) -> Result:
     """`read_pdf` with pypdf's `extract_text`, the parser before PDFium: kept to compare
-    them (`bench/parse.py`, `bench/hostile.py`, tests) and as a fallback."""
+    them (`bench/parse.py`, `bench/hostile.py`, tests) and as a fallback. Text layer only:
+    no link annotations, no OCR (`how` is accepted and ignored)."""
+    del how
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
-            return "encrypted", [], 0, False, None
-        emails: list[str] = []
+            return Result("encrypted")
+        found: dict[str, Candidate] = {}
         has_text = False
         pages = len(reader.pages)
         last = min(pages, max_pages)
         for number in range(start_page, last):
             text = reader.pages[number].extract_text()
             has_text = has_text or bool(text.strip())
-            emails.extend(e for e in find_emails(text, max_page_chars) if e not in emails)
-            if emails and number + 1 < last:
-                return "", emails, pages, has_text, number + 1
+            for c in page_candidates(text, number, max_chars=max_page_chars):
+                found.setdefault(c.address, c)
+            if found and number + 1 < last:
+                return Result("", tuple(found.values()), pages, has_text, number + 1)
     except (FileNotDecryptedError, DependencyError):
-        return "encrypted", [], 0, False, None
+        return Result("encrypted")
     except (LimitReachedError, MemoryError):
-        return "too_large", [], 0, False, None
+        return Result("too_large")
     except Exception:  # any parser failure on hostile input: this file is unreadable
-        return "unreadable", [], 0, False, None
-    return "", emails, pages, has_text, None
+        return Result("unreadable")
+    return Result("", tuple(found.values()), pages, has_text)
 
 
 def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by position)
@@ -170,16 +274,17 @@ def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by p
     start_page: int,
     max_page_chars: int,
     engine: Callable[..., Result],
+    how: Ocr = TEXT_ONLY,
 ) -> Result:
     """Runs in a pool process: inflate one ZIP member under this process's memory cap,
     then read it. `raw` is the member's local header and compressed data."""
     try:
         data = inflate(raw, packed)
     except Uninflatable as exc:
-        return exc.reason, [], 0, False, None
+        return Result(exc.reason)
     if b"%PDF-" not in data[:PDF_MAGIC_WINDOW]:
-        return "not_a_pdf", [], 0, False, None
-    return engine(data, max_pages, start_page, max_page_chars)
+        return Result("not_a_pdf")
+    return engine(data, max_pages, start_page, max_page_chars, how)
 
 
 ENGINES: dict[str, Callable[..., Result]] = {"pdfium": read_pdf, "pypdf": read_pdf_pypdf}
@@ -210,11 +315,17 @@ class Extractor:
         tasks_per_process: int,
         max_page_chars: int = DEFAULT_MAX_PAGE_CHARS,
         engine: str = "pdfium",
+        ocr_max_pages: int = 0,
+        ocr_timeout_s: float = 30.0,
+        tessdata: str | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.max_pages = max_pages
         self.max_page_chars = max_page_chars
         self.engine = ENGINES[engine]
+        self.ocr_max_pages = ocr_max_pages
+        self.ocr_timeout_s = ocr_timeout_s
+        self.tessdata = tessdata
         self.pool = ProcessPool(
             max_workers=processes or os.cpu_count() or 1,
             max_tasks=tasks_per_process,
@@ -224,33 +335,71 @@ class Extractor:
             context=_forkserver(),
         )
 
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> Extractor:
+        """The worker's extractor for these settings (the one place that maps them);
+        `overrides` are for benchmarks and tests (`processes=1`, `engine="pypdf"`)."""
+        options: dict[str, Any] = {
+            "processes": settings.extract_processes,
+            "timeout_s": settings.extract_timeout_s,
+            "max_pages": settings.extract_max_pages,
+            "memory_bytes": settings.extract_memory_bytes,
+            "tasks_per_process": settings.extract_tasks_per_process,
+            "max_page_chars": settings.extract_max_page_chars,
+            "ocr_max_pages": settings.ocr_max_pages,
+            "ocr_timeout_s": settings.ocr_timeout_s,
+        }
+        return cls(**(options | overrides))
+
     async def extract(self, data: bytes, start_page: int = 0) -> Extraction:
-        """Read up to the first page with an address; `start_page` continues from there."""
-        return await self._run(self.engine, data, self.max_pages, start_page, self.max_page_chars)
+        """Read up to the first page with a candidate; `start_page` continues from there.
+        A page without a usable text layer is read by OCR, under its own time limit."""
+
+        def args(page: int, how: Ocr) -> tuple[Any, ...]:
+            return data, self.max_pages, page, self.max_page_chars, how
+
+        return await self._read(self.engine, args, start_page)
 
     async def extract_member(self, raw: bytes, member: Member, start_page: int = 0) -> Extraction:
         """`extract` for a ZIP member still compressed (`raw`: its local header and data):
         the parsing process inflates it, so inflated bytes never reach the worker itself."""
         packed = Packed.of(member)
-        return await self._run(
-            read_member, raw, packed, self.max_pages, start_page, self.max_page_chars, self.engine
-        )
 
-    async def _run(self, fn: Callable[..., Result], *args: Any) -> Extraction:
-        future = self.pool.schedule(fn, args=args, timeout=self.timeout_s)
+        def args(page: int, how: Ocr) -> tuple[Any, ...]:
+            return raw, packed, self.max_pages, page, self.max_page_chars, self.engine, how
+
+        return await self._read(read_member, args, start_page)
+
+    async def _read(
+        self, fn: Callable[..., Result], args: Callable[[int, Ocr], tuple[Any, ...]], start: int
+    ) -> Extraction:
+        """The text pass; from a page without a usable text layer on, a second pass that
+        may OCR, with its own time limit (Tesseract takes seconds where PDFium takes ms)."""
+        first = await self._run(self.timeout_s, fn, *args(start, TEXT_ONLY))
+        if first.ocr_from is None:
+            return first
+        how, timeout_s = NO_OCR, self.timeout_s
+        if self.ocr_max_pages:
+            how = Ocr(handover=False, budget=self.ocr_max_pages, tessdata=self.tessdata)
+            timeout_s = self.ocr_timeout_s
+        more = await self._run(timeout_s, fn, *args(first.ocr_from, how))
+        return replace(more, has_text=more.has_text or first.has_text)
+
+    async def _run(self, timeout_s: float, fn: Callable[..., Result], *args: Any) -> Extraction:
+        future = self.pool.schedule(fn, args=args, timeout=timeout_s)
         try:
-            reason, emails, pages, has_text, next_page = await asyncio.wrap_future(future)
+            result: Result = await asyncio.wrap_future(future)
         except FutureTimeout as exc:
-            raise Unreadable("timeout", f"parsing took over {self.timeout_s:g}s") from exc
+            raise Unreadable("timeout", f"parsing took over {timeout_s:g}s") from exc
         except ProcessExpired as exc:
             reason = death_reason(exc.exitcode)
             raise Unreadable(reason, f"the parser process died ({exc.exitcode})") from exc
         except asyncio.CancelledError:
             future.cancel()  # pebble kills the process running a cancelled task
             raise
-        if reason:
-            raise Unreadable(reason)
-        return Extraction(emails, pages, has_text, next_page)
+        if result.reason:
+            raise Unreadable(result.reason)
+        return result
 
     def close(self) -> None:
         self.pool.stop()

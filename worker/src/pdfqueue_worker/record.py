@@ -27,6 +27,8 @@ class Decision:
     sha256: str | None = None
     stored: bool = False
     """The claim already wrote the durable row (in the same statement as the UPDATE)."""
+    ocr: bool = False
+    """Pages of the file were read by OCR (a column of the report)."""
 
 
 def failed(reason: str) -> Decision:
@@ -40,7 +42,7 @@ async def record(deps: Deps, batch_id: str, decided: Mapping[FileRef, Decision])
     finds, so the retry reports the same outcomes and the Redis script counts each once.
     """
     rows = [
-        FileRow(ref, d.outcome, d.reason, d.user_id, d.sha256)
+        FileRow(ref, d.outcome, d.reason, d.user_id, d.sha256, d.ocr)
         for ref, d in decided.items()
         if not d.stored
     ]

@@ -8,6 +8,7 @@ import hashlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from functools import wraps
 from typing import Any
 
@@ -30,6 +31,7 @@ from pdfqueue_worker.archive import (
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import refills, submit
 from pdfqueue_worker.extract import Extraction, Unreadable
+from pdfqueue_worker.matching import choose, wanted
 from pdfqueue_worker.payload import Packed, cut, inflate
 from pdfqueue_worker.record import Decision, failed, record, restore
 
@@ -222,9 +224,10 @@ async def _process(
     """
     with stage("read"):
         pdfs = await _read(deps, batch_id, source, members)
-    matched, decided = await _match(deps, pdfs, parse_until)
+    matched, decided, ocr = await _match(deps, pdfs, parse_until)
+    decided = {ref: replace(d, ocr=ref in ocr) for ref, d in decided.items()}
     for wave in _waves(matched, {ref: m.size for ref, (m, _) in pdfs.items()}):
-        linked = [_link(deps, ref, matched[ref], *pdfs[ref]) for ref in wave]
+        linked = [_link(deps, ref, matched[ref], *pdfs[ref], ocr=ref in ocr) for ref in wave]
         decided.update(await asyncio.gather(*linked))
     return decided
 
@@ -260,15 +263,18 @@ def _waves(matched: dict[FileRef, UserRow], sizes: dict[FileRef, int]) -> list[l
 
 async def _match(
     deps: Deps, pdfs: dict[FileRef, tuple[Member, bytes]], parse_until: float
-) -> tuple[dict[FileRef, UserRow], dict[FileRef, Decision]]:
-    """Each PDF's user: the first address in reading order that is a user's; else why not.
+) -> tuple[dict[FileRef, UserRow], dict[FileRef, Decision], set[FileRef]]:
+    """Each PDF's user, chosen among its candidates (`matching.choose`); else why not.
 
-    Parsing stops at the first page with an address. A file whose addresses so far match
-    nobody reads on from there, and its new addresses are matched in the next round.
+    Parsing stops at the first page with a candidate. A file whose candidates so far match
+    nobody reads on from there, and its new candidates are matched in the next round.
+    Also returns the files read (in part) by OCR.
     """
     matched: dict[FileRef, UserRow] = {}
     unmatched: dict[FileRef, Decision] = {}
+    ocr: set[FileRef] = set()
     page = dict.fromkeys(pdfs, 0)  # where each file's next read starts
+    domains = deps.settings.placeholder_domains
     while page:
         with stage("extract") as span:
             extracted = await _extract_all(deps, pdfs, page, parse_until)
@@ -276,9 +282,14 @@ async def _match(
             parsed = [r for r in extracted.values() if isinstance(r, Extraction)]
             span.set_attribute("pdfqueue.pages", sum(r.pages for r in parsed))
             span.set_attribute("pdfqueue.email_candidates", sum(len(r.emails) for r in parsed))
+            span.set_attribute("pdfqueue.ocr_pages", sum(r.ocr_pages for r in parsed))
+        for ref, result in extracted.items():
+            if isinstance(result, Extraction) and result.ocr_pages:
+                metrics.ocr_pages(result.ocr_pages)
+                ocr.add(ref)
         found: dict[FileRef, Extraction] = {}
         for ref, result in extracted.items():
-            if isinstance(result, Extraction) and result.emails:
+            if isinstance(result, Extraction) and result.candidates:
                 found[ref] = result
             else:
                 unmatched[ref] = _no_address(result, read_on=page[ref] > 0)
@@ -286,18 +297,20 @@ async def _match(
         if not found:
             break
         with stage("match"):
-            wanted = sorted({e for extraction in found.values() for e in extraction.emails})
+            addresses = wanted((c for r in found.values() for c in r.candidates), domains)
             # every file of a job is of one batch, whose tenant scopes the users it may match
-            users = await deps.db.users_by_email(wanted, batch_id=next(iter(found)).batch_id)
+            users = await deps.db.users_by_email(addresses, batch_id=next(iter(found)).batch_id)
         for ref, extraction in found.items():
-            user = next((users[e] for e in extraction.emails if e in users), None)
-            if user is not None:
-                matched[ref] = user
+            verdict = choose(extraction.candidates, users, domains)
+            if verdict.user is not None:
+                matched[ref] = verdict.user
+            elif verdict.ambiguous:
+                unmatched[ref] = Decision(Outcome.SKIPPED_AMBIGUOUS, "ambiguous")
             elif extraction.next_page is not None:
                 page[ref] = extraction.next_page
             else:
                 unmatched[ref] = Decision(NO_MATCH, "no_user")
-    return matched, unmatched
+    return matched, unmatched, ocr
 
 
 def _no_address(result: Extraction | Unreadable, *, read_on: bool) -> Decision:
@@ -307,6 +320,8 @@ def _no_address(result: Extraction | Unreadable, *, read_on: bool) -> Decision:
         return failed(result.reason)
     if read_on:
         return Decision(NO_MATCH, "no_user")
+    if result.needs_ocr:
+        return Decision(NO_MATCH, "needs_ocr")
     return Decision(NO_MATCH, "no_email") if result.has_text else failed("no_text")
 
 
@@ -338,7 +353,7 @@ async def _extract_all(
 
 
 async def _link(
-    deps: Deps, ref: FileRef, user: UserRow, member: Member, raw: bytes
+    deps: Deps, ref: FileRef, user: UserRow, member: Member, raw: bytes, *, ocr: bool
 ) -> tuple[FileRef, Decision]:
     """Store the PDF under its content-addressed key and claim the user for it."""
     # parsed already, so it inflates; off the event loop
@@ -347,12 +362,14 @@ async def _link(
     key = f"pdfs/{user.id}/{sha256}.pdf"
     if user.pdf_url is not None:
         skip = "duplicate" if user.pdf_url == key else "already_linked"
-        return ref, Decision(Outcome.SKIPPED_ALREADY_EXISTS, skip, user.id, sha256)
+        return ref, Decision(Outcome.SKIPPED_ALREADY_EXISTS, skip, user.id, sha256, ocr=ocr)
     with stage("store"):
         await deps.storage.put(key, data)
     with stage("claim"):
-        outcome, reason = await deps.db.claim(ref, user_id=user.id, object_key=key, sha256=sha256)
+        outcome, reason = await deps.db.claim(
+            ref, user_id=user.id, object_key=key, sha256=sha256, ocr=ocr
+        )
         if reason == "already_linked":
             # Another link won the race; nobody else can claim this user now: the copy is ours.
             await deps.storage.delete(key)
-    return ref, Decision(outcome, reason, user.id, sha256, stored=True)
+    return ref, Decision(outcome, reason, user.id, sha256, stored=True, ocr=ocr)

@@ -4,9 +4,10 @@
 const $ = (id) => document.getElementById(id);
 const ROOT = new URL("../", document.currentScript.src); // the API's base, wherever it is mounted
 const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
-const OUTCOMES = ["linked", "skipped_no_match", "skipped_already_exists", "failed", "ignored"];
+const OUTCOMES = ["linked", "skipped_no_match", "skipped_already_exists", "skipped_ambiguous", "failed", "ignored"];
 const LABELS = {
   linked: "linked", skipped_no_match: "skipped: no match", skipped_already_exists: "skipped: already linked",
+  skipped_ambiguous: "skipped: two users",
   failed: "failed", ignored: "ignored (not a PDF)", total_files: "files", processed: "processed",
 };
 const PAGE_SIZE = 50;

@@ -1,0 +1,121 @@
+"""Through the whole pipeline: ambiguity, link annotations, placeholders and OCR, counted."""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+import zipfile
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from helpers import RunWorker, upload
+
+from bench.labelled import ScanStyle, fpdf_doc, scan
+from pdfqueue.samples import SampleUser, seed_users
+from pdfqueue.settings import Settings
+
+JANE = SampleUser(1, "jane.doe@people.example", "Jane Doe", None)
+BOB = SampleUser(2, "bob.roe@people.example", "Bob Roe", None)
+TEMPLATE = SampleUser(3, "hello@reallygreatsite.com", "Somebody", None)
+
+
+def resume(contact: str, *, links: tuple[str, ...] = ()) -> bytes:
+    return fpdf_doc(["Jane Doe", "Engineer", f"Berlin | {contact}", "Experience"], links=links)
+
+
+async def run(
+    api: httpx.AsyncClient, run_worker: RunWorker, tmp_path: Path, files: dict[str, bytes]
+) -> tuple[dict[str, object], dict[str, dict[str, str]]]:
+    path = tmp_path / "batch.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    batch_id = await upload(api, path)
+    await run_worker()
+    status = (await api.get(f"/v1/batches/{batch_id}")).json()
+    assert status["status"] == "COMPLETED", status
+    report = (await api.get(f"/v1/batches/{batch_id}/files?format=csv")).text
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO(report))}
+    return status, rows
+
+
+async def linked_users(db: asyncpg.Connection, settings: Settings) -> set[int]:
+    rows = await db.fetch(f'SELECT id FROM "{settings.users_table}" WHERE pdf_url IS NOT NULL')
+    return {r["id"] for r in rows}
+
+
+# OCR takes seconds where PDFium takes milliseconds, and much longer on a loaded machine: a
+# job deadline that fits it, so that the test checks outcomes, not the machine's speed.
+@pytest.mark.settings(job_timeout_s=90, job_completion_wait_s=100, ocr_timeout_s=80)
+@pytest.mark.timeout(400)
+async def test_ambiguous_mailto_placeholder_and_scan_each_get_their_outcome(
+    api: httpx.AsyncClient,
+    run_worker: RunWorker,
+    tmp_path: Path,
+    db: asyncpg.Connection,
+    settings: Settings,
+) -> None:
+    await seed_users(db, [JANE, BOB, TEMPLATE], table=settings.users_table)
+    bob_scan = scan(resume(BOB.email), ScanStyle(angle=1.5), random.Random(1))
+    status, rows = await run(
+        api,
+        run_worker,
+        tmp_path,
+        {
+            "two-users.pdf": resume(f"{JANE.email} / {BOB.email}"),
+            "mailto.pdf": resume("Email me", links=(f"mailto:{JANE.email}",)),
+            "template.pdf": resume(TEMPLATE.email),
+            "scan.pdf": bob_scan,
+        },
+    )
+    counts = {k: status[k] for k in ("linked", "skipped_no_match", "skipped_ambiguous", "failed")}
+    assert counts == {"linked": 2, "skipped_no_match": 1, "skipped_ambiguous": 1, "failed": 0}
+    assert (rows["two-users.pdf"]["outcome"], rows["two-users.pdf"]["reason"]) == (
+        "skipped_ambiguous",
+        "ambiguous",
+    )
+    assert (rows["template.pdf"]["outcome"], rows["template.pdf"]["reason"]) == (
+        "skipped_no_match",
+        "no_user",
+    )
+    assert {n: r["outcome"] for n, r in rows.items() if r["outcome"] == "linked"} == {
+        "mailto.pdf": "linked",
+        "scan.pdf": "linked",
+    }
+    assert {n: r["ocr"] for n, r in rows.items()} == {
+        "two-users.pdf": "False",
+        "mailto.pdf": "False",
+        "template.pdf": "False",
+        "scan.pdf": "True",
+    }
+    assert await linked_users(db, settings) == {JANE.id, BOB.id}  # never the template's user
+    final = await db.fetchrow(
+        "SELECT skipped_ambiguous, linked, processed FROM pdfqueue_batches WHERE id = $1",
+        status["batch_id"],
+    )
+    assert dict(final) == {"skipped_ambiguous": 1, "linked": 2, "processed": 4}
+
+
+@pytest.mark.settings(ocr_max_pages=0)
+async def test_a_scan_without_ocr_is_skipped_as_needs_ocr(
+    api: httpx.AsyncClient,
+    run_worker: RunWorker,
+    tmp_path: Path,
+    db: asyncpg.Connection,
+    settings: Settings,
+) -> None:
+    await seed_users(db, [JANE, BOB], table=settings.users_table)
+    bob_scan = scan(resume(BOB.email), ScanStyle(), random.Random(2))
+    status, rows = await run(
+        api, run_worker, tmp_path, {"scan.pdf": bob_scan, "text.pdf": resume(JANE.email)}
+    )
+    assert (status["linked"], status["skipped_no_match"], status["failed"]) == (1, 1, 0)
+    assert (rows["scan.pdf"]["outcome"], rows["scan.pdf"]["reason"], rows["scan.pdf"]["ocr"]) == (
+        "skipped_no_match",
+        "needs_ocr",
+        "False",
+    )
+    assert await linked_users(db, settings) == {JANE.id}

@@ -1,0 +1,139 @@
+"""OCR of one page with Tesseract, inside a parsing process: the scan itself, or a render."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_c
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+OCR_DPI = 300
+"""Resolution Tesseract reads best at; a scan finer than OCR_MAX_DPI is scaled down to it."""
+OCR_MAX_DPI = 400
+MAX_PIXELS = 40_000_000
+"""Largest image handed to Tesseract (A4 at 300 DPI is 8.7 MP): a huge page or embedded
+image is scaled down, never decoded or rendered at full size."""
+TESSDATA_DIRS = (
+    "/usr/share/tesseract-ocr/5/tessdata",
+    "/usr/share/tesseract-ocr/4.00/tessdata",
+    "/usr/share/tessdata",
+)
+"""Where Debian's tesseract-ocr-eng (and other distributions) put the language data."""
+_UNUSABLE = 0.5
+"""A page whose text is more than half unknown glyphs (U+FFFD, private use, `(cid:N)`)
+has no usable text layer."""
+
+_UNKNOWN = re.compile(r"[\ufffd\ue000-\uf8ff]|\(cid:\d+\)")
+"""A glyph without Unicode meaning: U+FFFD, private use, or pdfminer-style `(cid:N)`."""
+_GLYPH = re.compile("[\ufffd\ue000-\uf8ff]")
+_SPACE = re.compile(r"\s")
+_api: Any = None
+
+
+class OcrUnavailable(Exception):
+    """Tesseract or its English data is not installed: the file `needs_ocr`."""
+
+
+def unusable(text: str) -> bool:
+    """No text layer worth reading: empty, or mostly glyphs without Unicode meaning."""
+    if "(cid:" not in text and _GLYPH.search(text) is None:  # the usual page, at C speed
+        return not text.strip()
+    shown = len(text) - len(_SPACE.findall(text))
+    unknown = sum(len(glyph) for glyph in _UNKNOWN.findall(text))
+    return shown == 0 or unknown > _UNUSABLE * shown
+
+
+def drawn(page: pdfium.PdfPage) -> bool:
+    """Whether the page shows anything (an empty page needs no OCR)."""
+    return bool(pdfium_c.FPDFPage_CountObjects(page.raw))
+
+
+def tessdata(configured: str | None = None) -> str | None:
+    """The language data folder with `eng.traineddata`, or None: `configured`, else
+    TESSDATA_PREFIX (Tesseract's own variable), else the usual folders."""
+    configured = configured or os.environ.get("TESSDATA_PREFIX")
+    for folder in (configured,) if configured else TESSDATA_DIRS:
+        if (Path(folder) / "eng.traineddata").is_file():
+            return folder
+    return None
+
+
+def _engine(configured: str | None = None) -> Any:
+    """This process's Tesseract, started once (loading the model costs ~0.3 s)."""
+    global _api  # noqa: PLW0603 (one engine per parsing process, reused across pages)
+    if _api is None:
+        folder = tessdata(configured)
+        if folder is None:
+            raise OcrUnavailable("no eng.traineddata")
+        try:
+            import tesserocr
+        except ImportError as exc:
+            raise OcrUnavailable("tesserocr is not installed") from exc
+        try:
+            _api = tesserocr.PyTessBaseAPI(path=folder, lang="eng", psm=tesserocr.PSM.AUTO)
+        except RuntimeError as exc:
+            raise OcrUnavailable(str(exc)) from exc
+    return _api
+
+
+def available(configured: str | None = None) -> bool:
+    """Whether this process can OCR."""
+    try:
+        _engine(configured)
+    except OcrUnavailable:
+        return False
+    return True
+
+
+def read_page(page: pdfium.PdfPage, configured: str | None = None) -> str:
+    """The page's text as Tesseract reads it (`configured`: the language data folder)."""
+    api = _engine(configured)
+    image = page_image(page)
+    try:
+        api.SetImage(image)
+        return str(api.GetUTF8Text())
+    finally:
+        api.Clear()
+        image.close()
+
+
+def page_image(page: pdfium.PdfPage) -> Image:
+    """Grey image of the page: its only object when that is an upright scan (no render,
+    no resampling loss), else the page rendered at OCR_DPI."""
+    scan = _single_image(page)
+    if scan is not None:
+        return scan
+    width, height = page.get_size()
+    scale = min(OCR_DPI / 72, math.sqrt(MAX_PIXELS / max(width * height, 1.0)))
+    bitmap = page.render(scale=scale, grayscale=True)
+    try:
+        rendered: Image = bitmap.to_pil().convert("L")
+    finally:
+        bitmap.close()
+    return rendered
+
+
+def _single_image(page: pdfium.PdfPage) -> Image | None:
+    objects = list(page.get_objects(max_depth=1))
+    if len(objects) != 1 or objects[0].type != pdfium_c.FPDF_PAGEOBJ_IMAGE:
+        return None
+    image = objects[0]
+    assert isinstance(image, pdfium.PdfImage)
+    a, b, c, d, _, _ = image.get_matrix().get()
+    px_w, px_h = image.get_px_size()
+    if page.get_rotation() or b or c or a <= 0 or d <= 0 or px_w * px_h > MAX_PIXELS:
+        return None  # turned, skewed or huge: the render puts it upright and bounded
+    # PDFium owns this bitmap (closing it by hand is unsafe): it goes with the page.
+    pil: Image = image.get_bitmap(render=False).to_pil().convert("L")
+    dpi = px_w / (a / 72)
+    if dpi > OCR_MAX_DPI:
+        factor = OCR_DPI / dpi
+        pil = pil.resize((max(1, round(px_w * factor)), max(1, round(px_h * factor))))
+    return pil
