@@ -24,6 +24,7 @@ from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
     ArchiveTooLarge,
     BatchNotFound,
+    BatchNotRetryable,
     DirectoryTooLarge,
     InvalidBatchId,
     InvalidCursor,
@@ -91,6 +92,7 @@ ERRORS = {
     401: "Missing or unknown bearer token.",
     404: "Unknown batch, or another tenant's.",
     413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
+    409: "The batch is not COMPLETED, has no file to retry, or its retry is running.",
     415: "Neither application/zip nor multipart/form-data.",
     422: "Not a ZIP archive.",
     429: "A quota of the tenant is used up; Retry-After says when to try again.",
@@ -261,6 +263,20 @@ def _add_routes(app: FastAPI) -> None:
     async def cancel_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
         """Cancel: pending PDFs are dropped, running ones finish and are counted."""
         return await service.cancel(tenant, batch_id)
+
+    @app.post(
+        "/v1/batches/{batch_id}/retry",
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=BatchSummary,
+        responses=errors(401, 404, 409, 503),
+    )
+    async def retry_batch(
+        batch_id: BatchId, tenant: Tenant, service: Service, all_failed: bool = False
+    ) -> BatchSummary:
+        """Re-run the failed files of a COMPLETED batch: those that failed for a reason that
+        may pass (a dependency down, a timeout, a lost worker), or with `?all_failed=true`
+        every failed file. Each file keeps its history (`tries`, `previous_reason`)."""
+        return await service.retry(tenant, batch_id, all_failed=all_failed)
 
     @app.get(
         "/v1/batches/{batch_id}/files",
@@ -437,6 +453,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     by_type: list[tuple[type[Exception], int]] = [
         (InvalidCursor, 400),
         (BatchNotFound, 404),
+        (BatchNotRetryable, 409),
         (ArchiveTooLarge, 413),
         (DirectoryTooLarge, 413),
         (UnsupportedMediaType, 415),

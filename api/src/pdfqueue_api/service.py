@@ -26,6 +26,7 @@ from pdfqueue.errors import BatchNotFound, InvalidCursor, ServiceUnavailable
 from pdfqueue.models import TERMINAL, BatchPage, BatchSummary, FilePage, FileQuery, FileResult
 from pdfqueue.queue import remove
 from pdfqueue.quotas import Admission, Quotas
+from pdfqueue.retry import start_retry
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
@@ -163,6 +164,23 @@ class BatchService:
             self.db, self.state, self.redis, self.settings.queue_name, batch_id
         )
         log.info("batch cancelled, %d pending jobs dropped", dropped, extra={"batch_id": batch_id})
+        return await self.get(tenant, batch_id)
+
+    async def retry(self, tenant: str, batch_id: str, *, all_failed: bool) -> BatchSummary:
+        """Re-run the completed batch's failed files (transient ones unless `all_failed`)."""
+        await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
+        await _guard(
+            "queue",
+            start_retry(
+                self.db,
+                self.state,
+                self.redis,
+                self.settings.queue_name,
+                batch_id,
+                all_failed=all_failed,
+            ),
+        )
+        log.info("batch retry started", extra={"batch_id": batch_id})
         return await self.get(tenant, batch_id)
 
     async def files(self, tenant: str, batch_id: str) -> AsyncIterator[FileResult]:

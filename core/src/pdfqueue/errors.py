@@ -42,6 +42,15 @@ class BatchConflict(PermanentError):
         self.batch_id = batch_id
 
 
+class BatchNotRetryable(PermanentError):
+    """The batch cannot be retried now (HTTP 409): not completed yet, or nothing to re-run."""
+
+    def __init__(self, batch_id: str, why: str) -> None:
+        super().__init__(f"batch {batch_id} cannot be retried: {why}")
+        self.batch_id = batch_id
+        self.why = why
+
+
 class NotAZipArchive(PermanentError):
     def __init__(self, detail: str) -> None:
         super().__init__(f"the upload is not a ZIP archive: {detail}")

@@ -46,6 +46,16 @@ def process_job(batch_id: str, index: int) -> str:
     return f"{process_job_prefix(batch_id)}{int(index)}"
 
 
+def retry_process_job(batch_id: str, round_: int, index: int) -> str:
+    """A `process` job of retry round `round_`: a new id, as arq keeps the first run's result."""
+    return f"{process_job_prefix(batch_id)}r{int(round_)}:{int(index)}"
+
+
+def retry_job(batch_id: str, round_: int) -> str:
+    """The job that fans out retry round `round_` of the batch (one per round)."""
+    return f"retry:{checked(batch_id)}:{int(round_)}"
+
+
 def process_job_prefix(batch_id: str) -> str:
     """What every `process` job id of the batch starts with (compared as text, never a glob)."""
     return f"process:{checked(batch_id)}:"

@@ -25,6 +25,7 @@ from pdfqueue.storage import Storage
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extractor
+from pdfqueue_worker.rerun import retry
 from pdfqueue_worker.tasks import ingest, process
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,12 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
             func(
                 ingest,
                 name="ingest",
+                timeout=settings.arq_timeout_s,
+                max_tries=settings.max_tries + SPARE_TRIES,
+            ),
+            func(
+                retry,
+                name="retry",
                 timeout=settings.arq_timeout_s,
                 max_tries=settings.max_tries + SPARE_TRIES,
             ),

@@ -1,0 +1,225 @@
+"""Re-running a batch's failed files: once, with exact counters and each file's history."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from helpers import GLOBEX, MakeCorpus, RunWorker, upload
+from redis.asyncio import Redis
+
+from pdfqueue import keys
+from pdfqueue.samples import Expect
+from pdfqueue.settings import Settings
+
+pytestmark = pytest.mark.settings(max_tries=2)
+
+
+def dead_endpoint() -> str:
+    """An S3 endpoint where nothing listens: every call is refused, as when S3 is down."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+async def run_with_storage_down(settings: Settings) -> None:
+    """Ingest with S3 up, then every process job's tries with S3 down, until all are spent."""
+    from pdfqueue_worker.app import build_worker
+
+    for options, config in (
+        ({"max_burst_jobs": 1}, settings),
+        ({}, settings.model_copy(update={"s3_endpoint_url": dead_endpoint()})),
+    ):
+        worker = build_worker(config, burst=True, handle_signals=False, **options)
+        try:
+            await worker.main()
+        finally:
+            await worker.close()
+
+
+async def status_of(api: httpx.AsyncClient, batch_id: str) -> dict[str, Any]:
+    response = await api.get(f"/v1/batches/{batch_id}")
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+async def report(api: httpx.AsyncClient, batch_id: str) -> dict[str, dict[str, Any]]:
+    rows = (await api.get(f"/v1/batches/{batch_id}/files")).json()
+    return {r["name"]: r for r in rows}
+
+
+async def failed_by_storage(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, settings: Settings, n: int = 24
+) -> tuple[Any, str]:
+    corpus, path = await make_corpus(n, seed=15)
+    batch_id = await upload(api, path)
+    await run_with_storage_down(settings)
+    status = await status_of(api, batch_id)
+    assert status["status"] == "COMPLETED"
+    assert status["failed"] == status["processed"] == status["total_files"] == n
+    assert status["linked"] == 0
+    rows = await report(api, batch_id)
+    assert {rows[f.name]["reason"] for f in corpus.files} == {"storage_unavailable"}
+    return corpus, batch_id
+
+
+def counters(status: dict[str, Any]) -> dict[str, int]:
+    return {e.value: status[e.value] for e in Expect}
+
+
+async def test_storage_down_for_a_whole_batch_then_one_retry_links_it(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    settings: Settings,
+    db: asyncpg.Connection,
+) -> None:
+    corpus, batch_id = await failed_by_storage(api, make_corpus, settings)
+
+    response = await api.post(f"/v1/batches/{batch_id}/retry")
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "PROCESSING"
+    assert response.json()["retries"] == 1
+    assert response.json()["failed"] == response.json()["processed"] == 0
+    await run_worker()
+
+    status = await status_of(api, batch_id)
+    assert status["status"] == "COMPLETED"
+    assert counters(status) == corpus.counts()
+    assert status["processed"] == status["total_files"] == 24
+    rows = await report(api, batch_id)
+    for f in corpus.files:
+        row = rows[f.name]
+        assert (row["outcome"], row["tries"]) == (f.expect.value, 2), row
+        assert row["previous_reason"] == "storage_unavailable"
+        if f.reason:
+            assert row["reason"] == f.reason
+    durable = await db.fetchrow(
+        "SELECT status, retries, processed, linked, failed FROM pdfqueue_batches WHERE id = $1",
+        batch_id,
+    )
+    assert dict(durable) == {
+        "status": "COMPLETED",
+        "retries": 1,
+        "processed": 24,
+        "linked": corpus.counts()["linked"],
+        "failed": corpus.counts()["failed"],
+    }
+    linked = await db.fetchval(
+        f'SELECT count(*) FROM "{settings.users_table}" WHERE pdf_url IS NOT NULL'
+    )
+    already = corpus.counts()["skipped_already_exists"]
+    assert linked == corpus.counts()["linked"] + already  # seeded links stay as they were
+    csv = (await api.get(f"/v1/batches/{batch_id}/files?format=csv")).text
+    assert csv.splitlines()[0].endswith(",tries,previous_reason")
+
+    # what is left failed is not transient (corrupt, encrypted): nothing to retry now
+    again = await api.post(f"/v1/batches/{batch_id}/retry")
+    assert again.status_code == 409, again.text
+    assert "no transiently failed file" in again.json()["detail"]
+    assert counters(await status_of(api, batch_id)) == corpus.counts()
+
+
+async def test_all_failed_reruns_permanent_failures_and_keeps_their_reason(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker
+) -> None:
+    corpus, path = await make_corpus(30, seed=16)
+    batch_id = await upload(api, path)
+    await run_worker()
+    before = await status_of(api, batch_id)
+    assert counters(before) == corpus.counts()
+    assert before["failed"] > 0
+
+    assert (await api.post(f"/v1/batches/{batch_id}/retry")).status_code == 409
+    response = await api.post(f"/v1/batches/{batch_id}/retry", params={"all_failed": "true"})
+    assert response.status_code == 202, response.text
+    await run_worker()
+
+    after = await status_of(api, batch_id)
+    assert after["status"] == "COMPLETED"
+    assert after["retries"] == 1
+    assert counters(after) == corpus.counts()
+    rows = await report(api, batch_id)
+    for f in corpus.files:
+        row = rows[f.name]
+        retried = f.expect is Expect.FAILED
+        assert row["tries"] == (2 if retried else 1), row
+        assert row["previous_reason"] == (f.reason if retried else None), row
+        assert (row["outcome"], row["reason"]) == (f.expect.value, f.reason), row
+
+
+async def test_racing_retry_calls_start_one_round(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    settings: Settings,
+    redis: Redis,
+) -> None:
+    corpus, batch_id = await failed_by_storage(api, make_corpus, settings, n=16)
+    answers = await asyncio.gather(*(api.post(f"/v1/batches/{batch_id}/retry") for _ in range(8)))
+    codes = sorted(a.status_code for a in answers)
+    assert codes.count(202) >= 1, [a.text for a in answers]
+    assert set(codes) <= {202, 409}, [a.text for a in answers]
+    assert (await status_of(api, batch_id))["retries"] == 1
+    retry_jobs = [k async for k in redis.scan_iter(f"arq:job:retry:{batch_id}:*")]
+    assert retry_jobs == [f"arq:job:{keys.retry_job(batch_id, 1)}".encode()]
+    await run_worker()
+
+    status = await status_of(api, batch_id)
+    assert status["status"] == "COMPLETED"
+    assert status["retries"] == 1
+    assert counters(status) == corpus.counts()
+    assert status["processed"] == 16
+    rows = await report(api, batch_id)
+    assert {rows[f.name]["tries"] for f in corpus.files} == {2}
+    assert rows["notes.txt"]["tries"] == 1  # not a PDF: never processed, never retried
+
+
+async def test_retry_after_the_live_state_expired_counts_from_the_durable_record(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    settings: Settings,
+    redis: Redis,
+) -> None:
+    corpus, batch_id = await failed_by_storage(api, make_corpus, settings, n=16)
+    await redis.delete(keys.batch(batch_id), keys.outcomes(batch_id))  # as if the TTL passed
+
+    response = await api.post(f"/v1/batches/{batch_id}/retry")
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "PROCESSING"
+    assert response.json()["processed"] == 0
+    await run_worker()
+
+    status = await status_of(api, batch_id)
+    assert status["status"] == "COMPLETED"
+    assert counters(status) == corpus.counts()
+
+
+async def test_retry_is_refused_for_others_unknown_and_unfinished_batches(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, redis: Redis
+) -> None:
+    _, path = await make_corpus(4, seed=17)
+    batch_id = await upload(api, path)
+
+    running = await api.post(f"/v1/batches/{batch_id}/retry")  # PENDING: not finished
+    assert running.status_code == 409, running.text
+    assert "PENDING" in running.json()["detail"]
+    foreign = await api.post(f"/v1/batches/{batch_id}/retry", headers=GLOBEX)
+    assert foreign.status_code == 404
+    unknown = await api.post(f"/v1/batches/{'0' * 32}/retry")
+    assert unknown.status_code == 404
+    assert (await api.post("/v1/batches/..%2f/retry")).status_code in {404, 422}
+    assert (await api.post(f"/v1/batches/{batch_id.upper()}/retry")).status_code == 422
+
+    await run_worker()
+    before = await status_of(api, batch_id)
+    assert (await api.post(f"/v1/batches/{batch_id}/retry", headers=GLOBEX)).status_code == 404
+    assert await status_of(api, batch_id) == before  # a refused retry changed nothing
+    assert [k async for k in redis.scan_iter(f"arq:job:retry:{batch_id}:*")] == []
