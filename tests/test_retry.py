@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
-from helpers import GLOBEX, MakeCorpus, RunWorker, upload
+from browser import DevTools
+from helpers import ACME_TOKEN, GLOBEX, MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
 from pdfqueue import keys
-from pdfqueue.samples import Expect
+from pdfqueue.cli import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, main
+from pdfqueue.samples import CLEAN, Expect
 from pdfqueue.settings import Settings
 
 pytestmark = pytest.mark.settings(max_tries=2)
@@ -223,3 +226,94 @@ async def test_retry_is_refused_for_others_unknown_and_unfinished_batches(
     assert (await api.post(f"/v1/batches/{batch_id}/retry", headers=GLOBEX)).status_code == 404
     assert await status_of(api, batch_id) == before  # a refused retry changed nothing
     assert [k async for k in redis.scan_iter(f"arq:job:retry:{batch_id}:*")] == []
+
+
+async def until(browser: DevTools, expression: str) -> object:
+    """Poll a JS expression until it is truthy; the test's timeout bounds the wait."""
+    while not (value := await browser.js(expression)):
+        assert await browser.js("document.getElementById('error').textContent") == ""
+        await asyncio.sleep(0.05)
+    return value
+
+
+@pytest.mark.timeout(240)
+async def test_the_page_retries_a_batch_and_shows_each_files_tries(
+    served: str,
+    browser: DevTools,
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    settings: Settings,
+) -> None:
+    corpus, path = await make_corpus(12, seed=18, mix=CLEAN)
+    batch_id = await upload(api, path)
+    await run_with_storage_down(settings)
+    await browser.call("Page.navigate", url=f"{served}/")
+    await browser.wait_for("Page.loadEventFired")
+    await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
+    await browser.call("Page.navigate", url=f"{served}/batches/{batch_id}")
+    await browser.wait_for("Page.loadEventFired")
+    await until(browser, "document.getElementById('status').textContent === 'COMPLETED'")
+    await until(browser, "!document.getElementById('retry').hidden")  # the API offers it
+
+    await browser.js("document.getElementById('retry').click()")
+    await until(browser, "document.getElementById('status').textContent === 'PROCESSING'")
+    await run_worker()
+    await until(browser, "document.getElementById('status').textContent === 'COMPLETED'")
+    await until(browser, "document.getElementById('retry').hidden")  # nothing failed now
+    rows = await browser.js(
+        "Object.fromEntries([...document.querySelectorAll('#counts tr')]"
+        ".map((r) => [r.cells[0].textContent, Number(r.cells[1].textContent)]))"
+    )
+    assert (rows["linked"], rows["failed"], rows["processed"]) == (12, 0, 12)
+    tries = await until(
+        browser,
+        "[...document.querySelectorAll('#files tbody tr .tries')].map((t) => t.textContent)",
+    )
+    assert tries == ["Try 2; before: storage_unavailable."] * 12
+    assert counters(await status_of(api, batch_id)) == corpus.counts()
+    assert await browser.js("window.__violations") == []
+
+
+@pytest.mark.timeout(240)
+async def test_cli_retry_waits_for_the_new_outcome_and_says_when_there_is_nothing_to_do(
+    served: str,
+    capsys: pytest.CaptureFixture[str],
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    settings: Settings,
+) -> None:
+    corpus, batch_id = await failed_by_storage(api, make_corpus, settings)
+    assert corpus.counts()["failed"] > 0  # corrupt and encrypted files: not transient
+
+    async def work_when_retried() -> None:
+        while (await status_of(api, batch_id))["status"] != "PROCESSING":  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        await run_worker()
+
+    worker = asyncio.create_task(work_when_retried())
+    code, out, _ = await cli(capsys, "retry", batch_id, "--wait", "--json", url=served)
+    await worker
+    summary = json.loads(out)
+    assert summary["status"] == "COMPLETED"
+    assert summary["retries"] == 1
+    assert counters(summary) == corpus.counts()
+    assert code == EXIT_FILES_FAILED
+
+    code, _, err = await cli(capsys, "retry", batch_id, url=served)
+    assert code == EXIT_ERROR
+    assert "no transiently failed file" in err
+    code, out, _ = await cli(capsys, "retry", batch_id, "--all-failed", "--json", url=served)
+    assert code == EXIT_OK
+    assert json.loads(out)["retries"] == 2
+    await run_worker()
+    assert counters(await status_of(api, batch_id)) == corpus.counts()
+
+
+async def cli(capsys: pytest.CaptureFixture[str], *argv: str, url: str) -> tuple[int, str, str]:
+    """Run the CLI in a thread (the API serves from this event loop): (code, stdout, stderr)."""
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, [*argv, "--url", url, "--token", ACME_TOKEN])
+    out, err = capsys.readouterr()
+    return code, out, " ".join(err.split())
