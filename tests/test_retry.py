@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 from browser import DevTools
-from helpers import ACME_TOKEN, GLOBEX, MakeCorpus, RunWorker, upload
+from helpers import ACME, ACME_TOKEN, GLOBEX, MakeCorpus, RunWorker, upload
+from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
 from pdfqueue import keys
@@ -317,3 +319,87 @@ async def cli(capsys: pytest.CaptureFixture[str], *argv: str, url: str) -> tuple
     code = await asyncio.to_thread(main, [*argv, "--url", url, "--token", ACME_TOKEN])
     out, err = capsys.readouterr()
     return code, out, " ".join(err.split())
+
+
+@pytest.mark.kube
+@pytest.mark.timeout(300)
+async def test_a_retried_batchs_pdfbatch_is_unfinished_again_then_finished_with_new_counts(
+    kube: Cluster,
+    api_kubeconfig: Path,
+    start_operator: StartOperator,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    settings: Settings,
+) -> None:
+    from pdfqueue_api.app import create_app
+
+    corpus, path = await make_corpus(12, seed=19, mix=CLEAN)
+    ns = kube.system_ns  # the API's Role lets it create PdfBatches there and nowhere else
+    await start_operator(ns, PDFQUEUE_OPERATOR_NAMESPACE_TENANTS=f"{ns}:*")
+    k8s = settings.model_copy(
+        update={"kubernetes_namespace": ns, "kubeconfig": str(api_kubeconfig)}
+    )
+    app = create_app(k8s)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://pdfqueue.test", headers=ACME
+        ) as api,
+    ):
+        batch_id = await upload(api, path)
+        name = f"batch-{batch_id}"
+        await run_with_storage_down(settings)
+        first = await phase_when(kube, ns, name, "COMPLETED")
+        assert (first["status"]["failed"], first["status"]["linked"]) == (12, 0)
+        assert finished(first)["status"] == "True"
+
+        assert (await api.post(f"/v1/batches/{batch_id}/retry")).status_code == 202
+        running = await phase_when(kube, ns, name, "PROCESSING")
+        assert finished(running)["status"] == "False"
+        await run_worker()
+        done = await phase_when(kube, ns, name, "COMPLETED")
+    assert (done["status"]["failed"], done["status"]["linked"]) == (0, 12)
+    assert done["status"]["processed"] == 12
+    assert finished(done) == {**finished(done), "status": "True", "reason": "Completed"}
+    assert counters(await summary(settings, batch_id)) == corpus.counts()
+
+
+def finished(obj: dict[str, Any]) -> dict[str, Any]:
+    conditions = obj["status"]["conditions"]
+    found: dict[str, Any] = next(c for c in conditions if c["type"] == "Finished")
+    return found
+
+
+async def phase_when(kube: Cluster, ns: str, name: str, phase: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        obj = await kube.get("pdfbatch", name, ns)
+        return obj if obj and (obj.get("status") or {}).get("phase") == phase else None
+
+    found: dict[str, Any] = await eventually(probe, phase, 60)
+    return found
+
+
+async def summary(settings: Settings, batch_id: str) -> dict[str, Any]:
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        row = await conn.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", batch_id)
+    finally:
+        await conn.close()
+    return dict(row)
+
+
+async def test_event_stream_of_a_retried_batch_names_the_round(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, settings: Settings
+) -> None:
+    _, batch_id = await failed_by_storage(api, make_corpus, settings, n=8)
+    events = f"/v1/batches/{batch_id}/events"
+    seen = {"Last-Event-ID": "COMPLETED:8"}  # the first completion, as a client saw it
+    assert (await api.get(events, headers=seen)).status_code == 204
+
+    assert (await api.post(f"/v1/batches/{batch_id}/retry")).status_code == 202
+    await run_worker()
+    answer = await api.get(events, headers=seen)
+    assert answer.status_code == 200  # the new completion is news to that client
+    ids = [line[4:] for line in answer.text.splitlines() if line.startswith("id: ")]
+    assert ids == ["COMPLETED:8:r1"]
+    assert (await api.get(events, headers={"Last-Event-ID": ids[0]})).status_code == 204

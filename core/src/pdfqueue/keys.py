@@ -83,3 +83,8 @@ def operator_batches(queue_name: str) -> str:
     was down is still noticed (and its batch cancelled) when it comes back.
     """
     return f"{PREFIX}:operator:{queue_name}:pdfbatches"
+
+
+def operator_finished(queue_name: str, batch_id: str) -> str:
+    """The PdfBatch that mirrored a batch now terminal (TTL): a retry tracks it again."""
+    return f"{PREFIX}:operator:{queue_name}:finished:{checked(batch_id)}"

@@ -76,12 +76,21 @@ async def start_retry(
         "retry",
         {"batch_id": batch_id, "source": round_.source_key, "retry_round": round_.number},
     )
+    await _track_again(redis, queue_name, batch_id)
     # Queued even when the round runs already: the call that started it may have died
     # before this line, and the id makes a second enqueue a no-op.
     await enqueue(redis, queue_name, [job])
     if not round_.started and outcome == "running":
         raise BatchNotRetryable(batch_id, "its retry is still running")
     return round_
+
+
+async def _track_again(redis: Redis, queue_name: str, batch_id: str) -> None:
+    """The PdfBatch mirroring the batch, if any, follows its new round (the operator stopped
+    mirroring it when it ended, and left its reference for this)."""
+    ref = await redis.get(keys.operator_finished(queue_name, batch_id))
+    if ref is not None:
+        await redis.hset(keys.operator_batches(queue_name), batch_id, ref)  # type: ignore[misc]
 
 
 async def _begin(db: Database, batch_id: str, *, all_failed: bool) -> Round:

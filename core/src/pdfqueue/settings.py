@@ -415,6 +415,12 @@ class Settings(BaseSettings):
         """arq's hard limit per job: a backstop that a job's own deadline should never reach."""
         return self.job_timeout_s + ARQ_TIMEOUT_MARGIN_S
 
+    @property
+    def retry_window_s(self) -> int:
+        """How long a finished batch keeps what only a retry needs in Redis (the PdfBatch
+        mirroring it): as long as its ZIP is kept, a week when uploads never expire."""
+        return (self.uploads_expire_days or 7) * 86400
+
     def check_api_auth(self) -> None:
         """Fail closed: an API without tokens runs only when anonymous access is asked for."""
         if not self.api_tokens and not self.allow_anonymous:
