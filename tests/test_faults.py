@@ -140,8 +140,11 @@ async def test_retry_after_storage_came_back_with_a_worker_killed_mid_round(
     finally:
         await asyncio.to_thread(fault_services.run, "start", "--only", "s3")
     assert first["failed"] > sum(f.expect is Expect.FAILED for f in run.corpus.files)
+    run.stop_all()  # idle now; the round runs with the usual tries, as after a deploy
+    del run.env["PDFQUEUE_MAX_TRIES"]
+    victim = run.start_worker()
+    run.start_worker()
     await start_round(run)
-    victim = run.workers[0]
     await asyncio.sleep(random.uniform(0.1, 2.0))  # anywhere: fan-out, parsing, claiming
     run.kill9(victim)
     run.start_worker()
