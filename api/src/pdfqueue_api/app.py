@@ -32,6 +32,7 @@ from pdfqueue.errors import (
     PdfQueueError,
     QuotaExceeded,
     ServiceUnavailable,
+    UnsafeCallback,
 )
 from pdfqueue.gauges import QueueGauges
 from pdfqueue.keys import BATCH_ID_PATTERN
@@ -217,12 +218,14 @@ def _add_routes(app: FastAPI) -> None:
         # No constraint, hence no validation answer to document besides a body's 422: any
         # name is accepted, then sanitised and cut (display only).
         name: str | None = None,
+        callback_url: Annotated[str | None, Query(max_length=2048)] = None,
     ) -> BatchCreated:
         """Upload a ZIP of PDFs (raw `application/zip` body, or multipart field `file`).
 
         The file's name, shown in the batch list, is the multipart part's `filename`, or for
         a raw body `?name=` or the `X-Filename` header; display only (cut to 200 characters,
-        control characters removed).
+        control characters removed). `?callback_url=` names an https URL to call, signed,
+        when the batch completes (422 if it is not one pdfqueue will call).
         """
         limit = service.settings.max_upload_bytes
         declared = int(request.headers.get("content-length") or 0)
@@ -234,9 +237,12 @@ def _add_routes(app: FastAPI) -> None:
         def file_name() -> str | None:
             return form.filename if form is not None and form.filename else given
 
+        await service.check_callback(tenant, callback_url)  # 422 before any byte
         async with service.admitted(tenant, declared) as admission:  # 429 before any byte
             body = decode(admission.meter(request.stream()))
-            batch_id = await service.create(tenant, body, batch_id=admission.ticket, name=file_name)
+            batch_id = await service.create(
+                tenant, body, batch_id=admission.ticket, name=file_name, callback=callback_url
+            )
         base = service.settings.public_url or str(request.base_url)
         return BatchCreated(
             batch_id=batch_id, status_url=f"{base.rstrip('/')}/v1/batches/{batch_id}"
@@ -263,20 +269,6 @@ def _add_routes(app: FastAPI) -> None:
     async def cancel_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
         """Cancel: pending PDFs are dropped, running ones finish and are counted."""
         return await service.cancel(tenant, batch_id)
-
-    @app.post(
-        "/v1/batches/{batch_id}/retry",
-        status_code=status.HTTP_202_ACCEPTED,
-        response_model=BatchSummary,
-        responses=errors(401, 404, 409, 503),
-    )
-    async def retry_batch(
-        batch_id: BatchId, tenant: Tenant, service: Service, all_failed: bool = False
-    ) -> BatchSummary:
-        """Re-run the failed files of a COMPLETED batch: those that failed for a reason that
-        may pass (a dependency down, a timeout, a lost worker), or with `?all_failed=true`
-        every failed file. Each file keeps its history (`tries`, `previous_reason`)."""
-        return await service.retry(tenant, batch_id, all_failed=all_failed)
 
     @app.get(
         "/v1/batches/{batch_id}/files",
@@ -373,7 +365,24 @@ def _add_routes(app: FastAPI) -> None:
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    _add_retry(app)
     _add_page(app)
+
+
+def _add_retry(app: FastAPI) -> None:
+    @app.post(
+        "/v1/batches/{batch_id}/retry",
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=BatchSummary,
+        responses=errors(401, 404, 409, 503),
+    )
+    async def retry_batch(
+        batch_id: BatchId, tenant: Tenant, service: Service, all_failed: bool = False
+    ) -> BatchSummary:
+        """Re-run the failed files of a COMPLETED batch: those that failed for a reason that
+        may pass (a dependency down, a timeout, a lost worker), or with `?all_failed=true`
+        every failed file. Each file keeps its history (`tries`, `previous_reason`)."""
+        return await service.retry(tenant, batch_id, all_failed=all_failed)
 
 
 ASSETS = {
@@ -459,6 +468,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         (UnsupportedMediaType, 415),
         (NotAZipArchive, 422),
         (InvalidBatchId, 422),
+        (UnsafeCallback, 422),
         (ServiceUnavailable, 503),
     ]
     for exc_type, code in by_type:

@@ -51,6 +51,15 @@ class BatchNotRetryable(PermanentError):
         self.why = why
 
 
+class UnsafeCallback(PermanentError):
+    """A webhook URL pdfqueue will not call (HTTP 422): not https, or an address that is
+    private, loopback, link-local or otherwise not public (cloud metadata included)."""
+
+    def __init__(self, url: str, why: str) -> None:
+        super().__init__(f"callback_url {url[:200]!r} is refused: {why}")
+        self.why = why
+
+
 class NotAZipArchive(PermanentError):
     def __init__(self, detail: str) -> None:
         super().__init__(f"the upload is not a ZIP archive: {detail}")

@@ -51,6 +51,11 @@ def retry_process_job(batch_id: str, round_: int, index: int) -> str:
     return f"{process_job_prefix(batch_id)}r{int(round_)}:{int(index)}"
 
 
+def webhook_job(batch_id: str, round_: int) -> str:
+    """The completion webhook of the batch's round `round_` (0 before any retry): one each."""
+    return f"webhook:{checked(batch_id)}:{int(round_)}"
+
+
 def retry_job(batch_id: str, round_: int) -> str:
     """The job that fans out retry round `round_` of the batch (one per round)."""
     return f"retry:{checked(batch_id)}:{int(round_)}"

@@ -8,7 +8,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from pdfqueue.errors import ConfigurationError
@@ -265,6 +273,22 @@ class Settings(BaseSettings):
     """Ceiling of the retry delay."""
     enqueue_chunk: int = 500
     """Process jobs written to Redis per round trip by ingest."""
+
+    # --- completion webhooks (see README "Webhooks") ------------------------------------------
+    webhook_urls: dict[str, str] = Field(default_factory=dict)
+    """Per-tenant completion webhook as JSON, e.g. `{"acme": "https://hooks.acme.example/pdf"}`:
+    called when any of the tenant's batches completes, unless its upload named its own
+    `callback_url`. Checked like a callback_url at every delivery."""
+    webhook_secrets: dict[str, SecretStr] = Field(default_factory=dict)
+    """Per-tenant webhook signing secrets as JSON, e.g. `{"acme": "<32+ random characters>"}`
+    (mount it from a Secret); a tenant without one cannot name a callback_url. Never logged."""
+    webhook_allow_http_loopback: bool = False
+    """Development only: also call plain `http://` webhooks whose host is a loopback address.
+    Without it only `https://` URLs resolving to public addresses are called."""
+    webhook_deadline_s: float = Field(default=3600.0, gt=0)
+    """How long after a batch completes its webhook is still retried (with backoff)."""
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    """Time limit of one webhook request (connect, send, answer)."""
 
     # --- fair dispatch (see README "Fair dispatch") -------------------------------------------
     dispatch_fair: bool = True

@@ -30,6 +30,7 @@ from pdfqueue_worker.archive import (
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import refills, submit
 from pdfqueue_worker.extract import Extraction, Unreadable
+from pdfqueue_worker.notify import announce
 from pdfqueue_worker.payload import Packed, cut, inflate
 from pdfqueue_worker.record import Decision, failed, record, restore
 
@@ -125,6 +126,7 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
         status = await deps.state.start(batch_id, listing.total_files, len(listing.ignored))
     if status is BatchStatus.COMPLETED:  # nothing to process: an empty archive
         await deps.db.finish_batch(batch_id, BatchStatus.COMPLETED)
+        await announce(deps, batch_id)
         metrics.batch_entered(BatchStatus.COMPLETED)
     else:
         metrics.batch_entered(BatchStatus.PROCESSING)
