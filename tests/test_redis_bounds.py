@@ -45,7 +45,7 @@ async def test_every_key_a_batch_creates_expires_or_is_deleted(
     fair = re.escape(f"pdfqueue:fair:{settings.queue_name}:")
     bounds = {  # what may be left, and for how long at most
         rf"pdfqueue:batch:{batch_id}(:outcomes)?": settings.batch_ttl_s,
-        rf"arq:result:(ingest|retry|process):{batch_id}(:r?\d+)*": settings.batch_ttl_s,
+        rf"arq:result:(ingest|retry|process|webhook):{batch_id}(:r?\d+)*": settings.batch_ttl_s,
         rf"{fair}b:{batch_id}:meta": JOB_EXPIRES_MS // 1000,
         rf"{fair}workers": 3 * settings.dispatch_tick_s + 1,
     }
