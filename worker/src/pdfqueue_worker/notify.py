@@ -27,6 +27,8 @@ MAX_TRIES = 100_000
 
 async def announce(deps: Deps, batch_id: str) -> None:
     """Queue the completion webhook of the batch's current round (once: the id says which)."""
+    if not (deps.settings.webhook_secrets or deps.settings.webhook_urls):
+        return  # no tenant can have a webhook: no job per batch either
     live = await deps.state.read(batch_id)
     round_ = live[0].retries if live is not None else 0
     job = Job(
