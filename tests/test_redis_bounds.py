@@ -23,7 +23,8 @@ async def keys_of(redis: Redis, *marks: str) -> dict[str, int]:
     return found
 
 
-@pytest.mark.settings(max_tries=2)
+# a tenant webhook (refused at delivery: loopback), so its job's keys are covered too
+@pytest.mark.settings(max_tries=2, webhook_urls={"acme": "https://127.0.0.1:9/hook"})
 async def test_every_key_a_batch_creates_expires_or_is_deleted(
     api: httpx.AsyncClient,
     make_corpus: MakeCorpus,
@@ -54,5 +55,6 @@ async def test_every_key_a_batch_creates_expires_or_is_deleted(
         assert bound is not None, f"{key} is not a key a finished batch may leave"
         assert 0 < ttl <= bound, (key, ttl)
     assert f"pdfqueue:batch:{batch_id}" in left
+    assert f"arq:result:webhook:{batch_id}:1" in left
     assert not any(k.startswith("arq:job:") or "in-progress" in k for k in left)
     assert await redis.zcard(settings.queue_name) == 0
