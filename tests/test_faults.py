@@ -142,6 +142,9 @@ async def test_retry_after_storage_came_back_with_a_worker_killed_mid_round(
     assert first["failed"] > sum(f.expect is Expect.FAILED for f in run.corpus.files)
     run.stop_all()  # idle now; the round runs with the usual tries, as after a deploy
     del run.env["PDFQUEUE_MAX_TRIES"]
+    # Fresh workers start their parsing processes cold: on a loaded machine, FAST's 2.5 s
+    # parse budget can pass before the first PDF is read, try after try.
+    run.env |= {"PDFQUEUE_JOB_TIMEOUT_S": "15", "PDFQUEUE_JOB_COMPLETION_WAIT_S": "21"}
     victim = run.start_worker()
     run.start_worker()
     await start_round(run)

@@ -403,3 +403,27 @@ async def test_event_stream_of_a_retried_batch_names_the_round(
     ids = [line[4:] for line in answer.text.splitlines() if line.startswith("id: ")]
     assert ids == ["COMPLETED:8:r1"]
     assert (await api.get(events, headers={"Last-Event-ID": ids[0]})).status_code == 204
+
+
+async def test_a_round_whose_finisher_died_before_postgresql_does_not_block_the_next(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    settings: Settings,
+    db: asyncpg.Connection,
+) -> None:
+    corpus, batch_id = await failed_by_storage(api, make_corpus, settings)
+    assert (await api.post(f"/v1/batches/{batch_id}/retry")).status_code == 202
+    await run_worker()
+    # Redis says COMPLETED; the worker that completed it died before writing PostgreSQL
+    await db.execute(
+        "UPDATE pdfqueue_batches SET status = 'PROCESSING', completed_at = NULL WHERE id = $1",
+        batch_id,
+    )
+    again = await api.post(f"/v1/batches/{batch_id}/retry", params={"all_failed": "true"})
+    assert again.status_code == 202, again.text
+    assert again.json()["retries"] == 2
+    await run_worker()
+    status = await status_of(api, batch_id)
+    assert (status["status"], status["retries"]) == ("COMPLETED", 2)
+    assert counters(status) == corpus.counts()

@@ -20,9 +20,10 @@ import asyncpg
 from redis.asyncio import Redis
 
 from pdfqueue import keys
+from pdfqueue.batches import settle
 from pdfqueue.db import Database
 from pdfqueue.errors import BatchNotFound, BatchNotRetryable
-from pdfqueue.models import BatchStatus
+from pdfqueue.models import TERMINAL, BatchStatus
 from pdfqueue.queue import Job, enqueue
 from pdfqueue.state import BatchState
 
@@ -71,6 +72,11 @@ async def start_retry(
     """
     round_ = await _begin(db, batch_id, all_failed=all_failed)
     outcome = await _reset_live(db, state, round_)
+    if not round_.started and outcome == "running" and await state.status(batch_id) in TERMINAL:
+        # The last round completed in Redis; whoever completed it died before PostgreSQL.
+        await settle(db, state, batch_id)
+        round_ = await _begin(db, batch_id, all_failed=all_failed)
+        outcome = await _reset_live(db, state, round_)
     job = Job(
         keys.retry_job(batch_id, round_.number),
         "retry",
