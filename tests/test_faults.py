@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from faults import Run, Services, check_invariants, outage, prepare
 
+from pdfqueue.retry import is_transient
 from pdfqueue.samples import Expect
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
@@ -157,7 +158,8 @@ async def test_retry_after_storage_came_back_with_a_worker_killed_mid_round(
     await check_invariants(run)  # every file its expected outcome, counted once
     retried = await retried_files(run)
     assert retried
-    assert set(retried.values()) == {"storage_unavailable"}
+    assert "storage_unavailable" in set(retried.values())
+    assert all(is_transient(why) for why in retried.values())  # a slow parse is `timeout`
 
 
 async def start_round(run: Run) -> None:
