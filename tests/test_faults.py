@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 from faults import Run, Services, check_invariants, outage, prepare
 
+from pdfqueue.retry import is_transient
+from pdfqueue.samples import Expect
+
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 RUNS = int(os.environ.get("PDFQUEUE_FAULT_RUNS", "3"))
 
@@ -121,3 +124,72 @@ async def test_dependency_down_for_ten_seconds(
     await outage(fault_services, service, 10)
     await run.wait_until("completed", done, timeout_s=150)
     await check_invariants(run)  # retries outlasted the outage: no file failed for it
+
+
+@pytest.mark.parametrize("attempt", range(max(1, RUNS - 1)))
+async def test_retry_after_storage_came_back_with_a_worker_killed_mid_round(
+    run_factory, fault_services: Services, attempt: int
+) -> None:  # type: ignore[no-untyped-def]
+    run: Run = await run_factory(40, seed=700 + attempt)
+    run.env["PDFQUEUE_MAX_TRIES"] = "3"  # the outage outlasts them: files fail for it
+    run.start_worker()
+    run.start_worker()
+    await run.wait_until("started", started, timeout_s=60)
+    await asyncio.to_thread(fault_services.run, "stop", "--only", "s3")
+    try:
+        first = await run.wait_until("completed with S3 down", done, timeout_s=150)
+    finally:
+        await asyncio.to_thread(fault_services.run, "start", "--only", "s3")
+    assert first["failed"] > sum(f.expect is Expect.FAILED for f in run.corpus.files)
+    run.stop_all()  # idle now; the round runs with the usual tries, as after a deploy
+    del run.env["PDFQUEUE_MAX_TRIES"]
+    # Fresh workers start their parsing processes cold: on a loaded machine, FAST's 2.5 s
+    # parse budget can pass before the first PDF is read, try after try.
+    run.env |= {"PDFQUEUE_JOB_TIMEOUT_S": "15", "PDFQUEUE_JOB_COMPLETION_WAIT_S": "21"}
+    victim = run.start_worker()
+    run.start_worker()
+    await start_round(run)
+    await asyncio.sleep(random.uniform(0.1, 2.0))  # anywhere: fan-out, parsing, claiming
+    run.kill9(victim)
+    run.start_worker()
+    await run.wait_until(
+        "completed again", lambda s: done(s) and s.get("retries") == 1, timeout_s=150
+    )
+    await check_invariants(run)  # every file its expected outcome, counted once
+    retried = await retried_files(run)
+    assert retried
+    # the outage shows as `storage_unavailable`, or `timeout` when a read hung until the
+    # job's deadline: either is transient, and nothing else was retried
+    assert all(is_transient(why) for why in retried.values()), retried
+
+
+async def start_round(run: Run) -> None:
+    from redis.asyncio import Redis
+
+    from pdfqueue.db import Database, connect
+    from pdfqueue.retry import start_retry
+    from pdfqueue.state import BatchState
+
+    s = run.settings
+    pool = await connect(s.database_url, max_size=2)
+    redis = Redis.from_url(s.redis_url)
+    try:
+        db, state = Database(pool, s.users_table), BatchState(redis, s.batch_ttl_s)
+        await start_retry(db, state, redis, s.queue_name, run.batch_id, all_failed=False)
+    finally:
+        await redis.aclose()
+        await pool.close()
+
+
+async def retried_files(run: Run) -> dict[int, str]:
+    import asyncpg
+
+    conn = await asyncpg.connect(run.settings.database_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT idx, previous_reason FROM pdfqueue_files WHERE batch_id = $1 AND tries = 2",
+            run.batch_id,
+        )
+    finally:
+        await conn.close()
+    return {r["idx"]: r["previous_reason"] for r in rows}

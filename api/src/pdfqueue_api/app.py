@@ -24,6 +24,7 @@ from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
     ArchiveTooLarge,
     BatchNotFound,
+    BatchNotRetryable,
     DirectoryTooLarge,
     InvalidBatchId,
     InvalidCursor,
@@ -31,6 +32,7 @@ from pdfqueue.errors import (
     PdfQueueError,
     QuotaExceeded,
     ServiceUnavailable,
+    UnsafeCallback,
 )
 from pdfqueue.gauges import QueueGauges
 from pdfqueue.keys import BATCH_ID_PATTERN
@@ -91,6 +93,7 @@ ERRORS = {
     401: "Missing or unknown bearer token.",
     404: "Unknown batch, or another tenant's.",
     413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
+    409: "The batch is not COMPLETED, has no file to retry, or its retry is running.",
     415: "Neither application/zip nor multipart/form-data.",
     422: "Not a ZIP archive.",
     429: "A quota of the tenant is used up; Retry-After says when to try again.",
@@ -216,12 +219,14 @@ def _add_routes(app: FastAPI) -> None:
         # No constraint, hence no validation answer to document besides a body's 422: any
         # name is accepted, then sanitised and cut (display only).
         name: str | None = None,
+        callback_url: Annotated[str | None, Query(max_length=2048)] = None,
     ) -> BatchCreated:
         """Upload a ZIP of PDFs (raw `application/zip` body, or multipart field `file`).
 
         The file's name, shown in the batch list, is the multipart part's `filename`, or for
         a raw body `?name=` or the `X-Filename` header; display only (cut to 200 characters,
-        control characters removed).
+        control characters removed). `?callback_url=` names an https URL to call, signed,
+        when the batch completes (422 if it is not one pdfqueue will call).
         """
         limit = service.settings.max_upload_bytes
         declared = int(request.headers.get("content-length") or 0)
@@ -233,9 +238,12 @@ def _add_routes(app: FastAPI) -> None:
         def file_name() -> str | None:
             return form.filename if form is not None and form.filename else given
 
+        await service.check_callback(tenant, callback_url)  # 422 before any byte
         async with service.admitted(tenant, declared) as admission:  # 429 before any byte
             body = decode(admission.meter(request.stream()))
-            batch_id = await service.create(tenant, body, batch_id=admission.ticket, name=file_name)
+            batch_id = await service.create(
+                tenant, body, batch_id=admission.ticket, name=file_name, callback=callback_url
+            )
         base = service.settings.public_url or str(request.base_url)
         return BatchCreated(
             batch_id=batch_id, status_url=f"{base.rstrip('/')}/v1/batches/{batch_id}"
@@ -358,7 +366,24 @@ def _add_routes(app: FastAPI) -> None:
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    _add_retry(app)
     _add_page(app)
+
+
+def _add_retry(app: FastAPI) -> None:
+    @app.post(
+        "/v1/batches/{batch_id}/retry",
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=BatchSummary,
+        responses=errors(401, 404, 409, 503),
+    )
+    async def retry_batch(
+        batch_id: BatchId, tenant: Tenant, service: Service, all_failed: bool = False
+    ) -> BatchSummary:
+        """Re-run the failed files of a COMPLETED batch: those that failed for a reason that
+        may pass (a dependency down, a timeout, a lost worker), or with `?all_failed=true`
+        every failed file. Each file keeps its history (`tries`, `previous_reason`)."""
+        return await service.retry(tenant, batch_id, all_failed=all_failed)
 
 
 ASSETS = {
@@ -438,11 +463,13 @@ def _add_error_handlers(app: FastAPI) -> None:
     by_type: list[tuple[type[Exception], int]] = [
         (InvalidCursor, 400),
         (BatchNotFound, 404),
+        (BatchNotRetryable, 409),
         (ArchiveTooLarge, 413),
         (DirectoryTooLarge, 413),
         (UnsupportedMediaType, 415),
         (NotAZipArchive, 422),
         (InvalidBatchId, 422),
+        (UnsafeCallback, 422),
         (ServiceUnavailable, 503),
     ]
     for exc_type, code in by_type:

@@ -22,8 +22,10 @@ Reader = Callable[[str], Awaitable[BatchSummary | None]]
 
 
 def event_id(summary: BatchSummary) -> str:
-    """Names one state of a batch: a client that saw it is not sent it again."""
-    return f"{summary.status.value}:{summary.processed}"
+    """Names one state of a batch: a client that saw it is not sent it again. A retried
+    batch's ids name the round, so its new completion is not taken for the first one."""
+    state = f"{summary.status.value}:{summary.processed}"
+    return f"{state}:r{summary.retries}" if summary.retries else state
 
 
 def encode(summary: BatchSummary) -> bytes:

@@ -19,13 +19,14 @@ from asyncpg import InterfaceError, PostgresError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from pdfqueue import keys, tracing
+from pdfqueue import keys, tracing, webhooks
 from pdfqueue.batches import cancel_batch, read_batch, register_batch, settle
 from pdfqueue.db import Database
-from pdfqueue.errors import BatchNotFound, InvalidCursor, ServiceUnavailable
+from pdfqueue.errors import BatchNotFound, InvalidCursor, ServiceUnavailable, UnsafeCallback
 from pdfqueue.models import TERMINAL, BatchPage, BatchSummary, FilePage, FileQuery, FileResult
 from pdfqueue.queue import remove
 from pdfqueue.quotas import Admission, Quotas
+from pdfqueue.retry import start_retry
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
@@ -74,6 +75,19 @@ class BatchService:
         with contextlib.suppress(ServiceUnavailable):  # the batch exists: a 503 would lie
             await admission.accepted()  # if Redis missed this, the ticket expires by itself
 
+    async def check_callback(self, tenant: str, url: str | None) -> None:
+        """A callback_url the worker will call (or none): https to public addresses, and the
+        tenant has a signing secret (UnsafeCallback, a 422, otherwise)."""
+        if url is None:
+            return
+        if tenant not in self.settings.webhook_secrets:
+            raise UnsafeCallback(url, "no webhook secret is configured for this tenant")
+        allow = self.settings.webhook_allow_http_loopback
+        try:
+            await asyncio.wait_for(webhooks.checked(url, allow_http_loopback=allow), 5)
+        except TimeoutError:
+            raise UnsafeCallback(url, "its host did not resolve in time") from None
+
     async def ping(self) -> None:
         """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down."""
         await _guard("redis", self.redis.ping())
@@ -85,6 +99,7 @@ class BatchService:
         chunks: AsyncIterator[bytes],
         batch_id: str | None = None,
         name: Callable[[], str | None] = lambda: None,
+        callback: str | None = None,
     ) -> str:
         """Store the ZIP, create the batch, enqueue `ingest`; undo it all on any failure.
 
@@ -94,6 +109,8 @@ class BatchService:
         await self.ping()
         batch_id = batch_id or uuid.uuid4().hex
         tracing.annotate(batch_id=batch_id)
+        if callback:  # kept first, so the batch can never complete without it
+            await _guard("postgresql", webhooks.remember(self.db, batch_id, callback))
         key = upload_key(batch_id)
         await store_upload(
             self.storage,
@@ -132,6 +149,7 @@ class BatchService:
         for step in (
             self.storage.delete(key),
             self.db.delete_batch(batch_id),
+            webhooks.forget(self.db, batch_id),
             self.redis.delete(keys.batch(batch_id), keys.outcomes(batch_id)),
             remove(self.redis, self.settings.queue_name, [keys.ingest_job(batch_id)]),
         ):
@@ -163,6 +181,23 @@ class BatchService:
             self.db, self.state, self.redis, self.settings.queue_name, batch_id
         )
         log.info("batch cancelled, %d pending jobs dropped", dropped, extra={"batch_id": batch_id})
+        return await self.get(tenant, batch_id)
+
+    async def retry(self, tenant: str, batch_id: str, *, all_failed: bool) -> BatchSummary:
+        """Re-run the completed batch's failed files (transient ones unless `all_failed`)."""
+        await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
+        await _guard(
+            "queue",
+            start_retry(
+                self.db,
+                self.state,
+                self.redis,
+                self.settings.queue_name,
+                batch_id,
+                all_failed=all_failed,
+            ),
+        )
+        log.info("batch retry started", extra={"batch_id": batch_id})
         return await self.get(tenant, batch_id)
 
     async def files(self, tenant: str, batch_id: str) -> AsyncIterator[FileResult]:

@@ -81,6 +81,10 @@ ADVICE: dict[str, tuple[str, str]] = {
         "The worker handling the file stopped.",
         "Upload the file again (or retry the batch's failed files).",
     ),
+    "upload_gone": (
+        "The batch was retried after its uploaded ZIP expired.",
+        "Upload the ZIP again.",
+    ),
 }
 """reason -> (what happened, what to do). A reason not listed is an internal one: retry."""
 

@@ -145,7 +145,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("batch_id")
     p.add_argument(
         "--outcome",
-        choices=[*OUTCOME_LABELS, "ignored"],
+        choices=[*OUTCOME_LABELS, "ignored", "retrying"],
         help="only files with this outcome",
     )
     p.add_argument("--csv", action="store_true", help="CSV (as the API's report) on stdout")
@@ -157,6 +157,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("batch_id")
     p.set_defaults(run=cmd_cancel)
+
+    _retry_command(sub)
 
     p = sub.add_parser("demo", help="run the whole pipeline on generated résumés")
     p.add_argument("--files", type=int, default=300)
@@ -191,6 +193,22 @@ def _command(
     )
     _client_args(p)
     return p
+
+
+def _retry_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = _command(
+        sub,
+        "retry",
+        "re-run a finished batch's files that failed for a reason that may pass",
+        "pdfqueue retry 3f2a... --wait\n  pdfqueue retry 3f2a... --all-failed",
+    )
+    p.add_argument("batch_id")
+    p.add_argument(
+        "--all-failed", action="store_true", help="re-run every failed file, whatever its reason"
+    )
+    p.add_argument("--wait", action="store_true", help="follow progress until the batch ends")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(run=cmd_retry)
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
@@ -254,6 +272,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     with Client(args.url, args.token) as client:
         print_summary(client.cancel(args.batch_id), as_json=False)
     return EXIT_OK
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    with Client(args.url, args.token) as client:
+        started = client.retry(args.batch_id, all_failed=args.all_failed)
+        if not args.wait:
+            print_summary(started, as_json=args.json)
+            return EXIT_OK
+        status = follow(client, args.batch_id, quiet=args.json)
+    print_summary(status, as_json=args.json)
+    return batch_exit_code(status)
 
 
 def cmd_batches(args: argparse.Namespace) -> int:

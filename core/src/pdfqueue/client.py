@@ -89,6 +89,13 @@ class Client:
         result: dict[str, Any] = self._check(self.http.delete(f"/v1/batches/{batch_id}"))
         return result
 
+    def retry(self, batch_id: str, *, all_failed: bool = False) -> dict[str, Any]:
+        """Re-run the batch's failed files (transient ones unless `all_failed`)."""
+        params = {"all_failed": "true"} if all_failed else {}
+        url = f"/v1/batches/{batch_id}/retry"
+        result: dict[str, Any] = self._check(self.http.post(url, params=params))
+        return result
+
     def events(self, batch_id: str, last_id: str | None = None) -> Iterator[tuple[str, Any]]:
         """(event id, batch summary) from the batch's event stream until the server ends it."""
         headers = {"Last-Event-ID": last_id} if last_id else {}

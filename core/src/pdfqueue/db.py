@@ -233,7 +233,7 @@ class Database:
     async def outcome_counts(self, batch_id: str) -> dict[str, int]:
         rows = await self.pool.fetch(
             "SELECT outcome, count(*) AS n FROM pdfqueue_files WHERE batch_id = $1"
-            " AND outcome <> 'ignored' GROUP BY outcome",
+            " AND outcome NOT IN ('ignored', 'retrying') GROUP BY outcome",
             batch_id,
         )
         counts = dict.fromkeys(COUNTERS, 0)
@@ -242,7 +242,8 @@ class Database:
 
     async def outcomes(self, batch_id: str) -> dict[int, str]:
         rows = await self.pool.fetch(
-            "SELECT idx, outcome FROM pdfqueue_files WHERE batch_id = $1 AND outcome <> 'ignored'",
+            "SELECT idx, outcome FROM pdfqueue_files WHERE batch_id = $1"
+            " AND outcome NOT IN ('ignored', 'retrying')",
             batch_id,
         )
         return {r["idx"]: r["outcome"] for r in rows}
@@ -308,8 +309,7 @@ class Database:
 
     async def files(self, batch_id: str, *, after: int = -1, limit: int = 1000) -> list[FileResult]:
         rows = await self.pool.fetch(
-            "SELECT idx, name, outcome, reason, user_id, object_key, sha256, ocr"
-            " FROM pdfqueue_files"
+            f"SELECT idx, {', '.join(_FILE_COLUMNS)} FROM pdfqueue_files"
             " WHERE batch_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
             batch_id,
             after,
@@ -331,8 +331,7 @@ class Database:
             f"SELECT count(*) FROM pdfqueue_files WHERE {where}", *args
         )
         rows = await self.pool.fetch(
-            "SELECT idx, name, outcome, reason, user_id, object_key, sha256, ocr"
-            " FROM pdfqueue_files"
+            f"SELECT idx, {', '.join(_FILE_COLUMNS)} FROM pdfqueue_files"
             f" WHERE {where} ORDER BY {_FILE_ORDER[query.sort]}"
             f" OFFSET ${len(args) + 1} LIMIT ${len(args) + 2}",
             *args,
@@ -398,14 +397,20 @@ WITH r AS (
 ), ins AS (
     INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason, user_id, sha256, ocr)
     SELECT $1, idx, name, outcome, reason, user_id, sha256, ocr FROM r
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (batch_id, idx) DO UPDATE SET outcome = EXCLUDED.outcome,
+        reason = EXCLUDED.reason, user_id = EXCLUDED.user_id, sha256 = EXCLUDED.sha256,
+        ocr = EXCLUDED.ocr, recorded_at = now()
+    WHERE pdfqueue_files.outcome = 'retrying'
     RETURNING idx, outcome, reason
 )
 SELECT idx, outcome, reason FROM ins
 UNION ALL
 SELECT f.idx, f.outcome, f.reason FROM pdfqueue_files f
 WHERE f.batch_id = $1 AND f.idx IN (SELECT idx FROM r) AND f.idx NOT IN (SELECT idx FROM ins)
+    AND f.outcome <> 'retrying'
 """
+"""A file's row goes in once, or replaces the row of a file a retry re-runs (`retrying`,
+0005); a row a concurrent delivery wrote after this snapshot is left for a second read."""
 
 # The predicate is the one of index pdfqueue_batches_active (0002), word for word.
 _ACTIVE_BATCHES = """
@@ -439,7 +444,11 @@ WITH u AS (
         (batch_id, idx, name, outcome, reason, user_id, object_key, sha256, ocr)
     SELECT $1, $2, $3, outcome, reason, $4, CASE WHEN outcome = 'linked' THEN $5 END, $6, $7
     FROM d
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (batch_id, idx) DO UPDATE SET outcome = EXCLUDED.outcome,
+        reason = EXCLUDED.reason, user_id = EXCLUDED.user_id,
+        object_key = EXCLUDED.object_key, sha256 = EXCLUDED.sha256, ocr = EXCLUDED.ocr,
+        recorded_at = now()
+    WHERE pdfqueue_files.outcome = 'retrying'
     RETURNING outcome, reason
 ), linked AS (
     UPDATE {users} SET pdf_url = $5 WHERE id = $4{scope} AND EXISTS (
@@ -448,7 +457,7 @@ WITH u AS (
 SELECT outcome, reason FROM ins
 UNION ALL
 SELECT outcome, reason FROM pdfqueue_files
-WHERE batch_id = $1 AND idx = $2 AND NOT EXISTS (SELECT 1 FROM ins)
+WHERE batch_id = $1 AND idx = $2 AND NOT EXISTS (SELECT 1 FROM ins) AND outcome <> 'retrying'
 """
 
 _FILE_ORDER = {
@@ -482,7 +491,17 @@ def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-_FILE_COLUMNS = ("name", "outcome", "reason", "user_id", "object_key", "sha256", "ocr")
+_FILE_COLUMNS = (
+    "name",
+    "outcome",
+    "reason",
+    "user_id",
+    "object_key",
+    "sha256",
+    "ocr",
+    "tries",
+    "previous_reason",
+)
 
 
 def _summary(row: Any) -> BatchSummary:
@@ -496,5 +515,6 @@ def _summary(row: Any) -> BatchSummary:
         created_at=row["created_at"],
         completed_at=row["completed_at"],
         file_name=row.get("file_name"),
+        retries=row.get("retries") or 0,
         **{c: row[c] for c in COUNTERS},
     )

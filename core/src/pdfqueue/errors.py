@@ -42,6 +42,24 @@ class BatchConflict(PermanentError):
         self.batch_id = batch_id
 
 
+class BatchNotRetryable(PermanentError):
+    """The batch cannot be retried now (HTTP 409): not completed yet, or nothing to re-run."""
+
+    def __init__(self, batch_id: str, why: str) -> None:
+        super().__init__(f"batch {batch_id} cannot be retried: {why}")
+        self.batch_id = batch_id
+        self.why = why
+
+
+class UnsafeCallback(PermanentError):
+    """A webhook URL pdfqueue will not call (HTTP 422): not https, or an address that is
+    private, loopback, link-local or otherwise not public (cloud metadata included)."""
+
+    def __init__(self, url: str, why: str) -> None:
+        super().__init__(f"callback_url {url[:200]!r} is refused: {why}")
+        self.why = why
+
+
 class NotAZipArchive(PermanentError):
     def __init__(self, detail: str) -> None:
         super().__init__(f"the upload is not a ZIP archive: {detail}")

@@ -92,16 +92,19 @@ class Dispatcher:
     def prefix(self) -> str:
         return keys.fair_prefix(self.queue_name)
 
-    async def register(self, batch_id: str, tenant: str, jobs: Iterable[Job], chunk: int) -> int:
+    async def register(
+        self, batch_id: str, tenant: str, jobs: Iterable[Job], chunk: int, first: int = 0
+    ) -> int:
         """Add the batch's jobs as pending work, `chunk` per round trip; returns how many
-        were new. Replaying the same jobs (a rerun ingest) adds nothing."""
-        added, part, number = 0, [], 0
+        were new. Replaying the same jobs (a rerun ingest) adds nothing. Chunks are numbered
+        from `first` (a retry round's jobs follow those the batch registered before)."""
+        added, part, number = 0, [], first
         for job in jobs:
             part.append(job)
             if len(part) >= chunk:
                 added += await self._register(batch_id, tenant, part, number)
                 part, number = [], number + 1
-        if part or number == 0:
+        if part or number == first:
             added += await self._register(batch_id, tenant, part, number)
         return added
 
@@ -154,6 +157,16 @@ class Dispatcher:
             else:
                 failing = False
             await asyncio.sleep(interval_s)
+
+
+async def chunks_before(redis: Redis, queue_name: str, batch_id: str, tag: str) -> int:
+    """Where the chunks of the work named `tag` start: the batch's chunk count when `tag` is
+    first asked about, the same number ever after (so replaying that work adds nothing)."""
+    meta = f"{keys.fair_prefix(queue_name)}b:{keys.checked(batch_id)}:meta"
+    now = await redis.hget(meta, "chunks")  # type: ignore[misc]
+    await redis.hsetnx(meta, tag, str(int(now or 0)))  # type: ignore[misc]
+    await redis.pexpire(meta, JOB_EXPIRES_MS)
+    return int(await redis.hget(meta, tag))  # type: ignore[misc]
 
 
 async def pending_jobs(redis: Redis, queue_name: str) -> int:

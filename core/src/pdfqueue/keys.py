@@ -46,6 +46,21 @@ def process_job(batch_id: str, index: int) -> str:
     return f"{process_job_prefix(batch_id)}{int(index)}"
 
 
+def retry_process_job(batch_id: str, round_: int, index: int) -> str:
+    """A `process` job of retry round `round_`: a new id, as arq keeps the first run's result."""
+    return f"{process_job_prefix(batch_id)}r{int(round_)}:{int(index)}"
+
+
+def webhook_job(batch_id: str, round_: int) -> str:
+    """The completion webhook of the batch's round `round_` (0 before any retry): one each."""
+    return f"webhook:{checked(batch_id)}:{int(round_)}"
+
+
+def retry_job(batch_id: str, round_: int) -> str:
+    """The job that fans out retry round `round_` of the batch (one per round)."""
+    return f"retry:{checked(batch_id)}:{int(round_)}"
+
+
 def process_job_prefix(batch_id: str) -> str:
     """What every `process` job id of the batch starts with (compared as text, never a glob)."""
     return f"process:{checked(batch_id)}:"
@@ -73,3 +88,8 @@ def operator_batches(queue_name: str) -> str:
     was down is still noticed (and its batch cancelled) when it comes back.
     """
     return f"{PREFIX}:operator:{queue_name}:pdfbatches"
+
+
+def operator_finished(queue_name: str, batch_id: str) -> str:
+    """The PdfBatch that mirrored a batch now terminal (TTL): a retry tracks it again."""
+    return f"{PREFIX}:operator:{queue_name}:finished:{checked(batch_id)}"

@@ -64,6 +64,8 @@ class BatchSummary(BaseModel):
     completed_at: datetime | None = None
     file_name: str | None = None
     """The uploaded file's name as its uploader gave it (sanitised, display only)."""
+    retries: int = 0
+    """Retries of the batch's failed files so far (`POST /v1/batches/{id}/retry`)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -104,8 +106,9 @@ class FileResult(BaseModel):
 
     index: int
     name: str
-    outcome: Outcome | Literal["ignored"]
-    """`ignored` for a member that is not a PDF by name: reported, never counted."""
+    outcome: Outcome | Literal["ignored", "retrying"]
+    """`ignored` for a member that is not a PDF by name: reported, never counted;
+    `retrying` while a retry of the batch has not yet decided the file again."""
     reason: str | None = None
     user_id: int | None = None
     """The matched user; null unless the tenant is in `PDFQUEUE_TRUSTED_TENANTS`."""
@@ -114,6 +117,10 @@ class FileResult(BaseModel):
     sha256: str | None = None
     ocr: bool = False
     """The address was looked for by OCR (the file had pages without a usable text layer)."""
+    tries: int = 1
+    """How many times the file was processed: 1, plus one per retry that re-ran it."""
+    previous_reason: str | None = None
+    """Why the file failed before its latest retry; null if it was never retried."""
 
 
 class ReasonCount(BaseModel):

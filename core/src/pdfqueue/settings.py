@@ -314,6 +314,22 @@ class Settings(BaseSettings):
     enqueue_chunk: int = 500
     """Process jobs written to Redis per round trip by ingest."""
 
+    # --- completion webhooks (see README "Webhooks") ------------------------------------------
+    webhook_urls: dict[str, str] = Field(default_factory=dict)
+    """Per-tenant completion webhook as JSON, e.g. `{"acme": "https://hooks.acme.example/pdf"}`:
+    called when any of the tenant's batches completes, unless its upload named its own
+    `callback_url`. Checked like a callback_url at every delivery."""
+    webhook_secrets: dict[str, SecretStr] = Field(default_factory=dict)
+    """Per-tenant webhook signing secrets as JSON, e.g. `{"acme": "<32+ random characters>"}`
+    (mount it from a Secret); a tenant without one cannot name a callback_url. Never logged."""
+    webhook_allow_http_loopback: bool = False
+    """Development only: also call plain `http://` webhooks whose host is a loopback address.
+    Without it only `https://` URLs resolving to public addresses are called."""
+    webhook_deadline_s: float = Field(default=3600.0, gt=0)
+    """How long after a batch completes its webhook is still retried (with backoff)."""
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    """Time limit of one webhook request (connect, send, answer)."""
+
     # --- fair dispatch (see README "Fair dispatch") -------------------------------------------
     dispatch_fair: bool = True
     """Release process jobs into the queue fairly, in windows, instead of all at ingest."""
@@ -481,6 +497,12 @@ class Settings(BaseSettings):
     def arq_timeout_s(self) -> float:
         """arq's hard limit per job: a backstop that a job's own deadline should never reach."""
         return self.job_timeout_s + ARQ_TIMEOUT_MARGIN_S
+
+    @property
+    def retry_window_s(self) -> int:
+        """How long a finished batch keeps what only a retry needs in Redis (the PdfBatch
+        mirroring it): as long as its ZIP is kept, a week when uploads never expire."""
+        return (self.uploads_expire_days or 7) * 86400
 
     def check_api_auth(self) -> None:
         """Fail closed: an API without tokens runs only when anonymous access is asked for."""

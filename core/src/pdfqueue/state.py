@@ -74,6 +74,7 @@ class BatchState:
             "created_at": summary.created_at.isoformat(),
             "processed": len(outcomes),
             "ignored": summary.ignored,
+            "retries": summary.retries,
             **{c: sum(1 for o in outcomes.values() if o == c) for c in COUNTERS},
         }
         if summary.total_files is not None:
@@ -168,6 +169,7 @@ class BatchState:
             created_at=datetime.fromisoformat(h["created_at"]),
             completed_at=datetime.fromisoformat(h["completed_at"]) if "completed_at" in h else None,
             file_name=h.get("file_name"),
+            retries=int(h.get("retries", 0)),
             **{c: int(h.get(c, 0)) for c in COUNTERS},
         )
         return summary, h.get("tenant", "")

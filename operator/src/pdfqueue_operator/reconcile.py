@@ -171,5 +171,8 @@ class BatchReconciler:
             return  # changed meanwhile (kopf's own patches): the next pass writes it
         self._written[batch_id] = fingerprint
         if summary.status in TERMINAL:
+            # Kept while a retry is possible (the ZIP is there), so a retry can track it again.
+            finished = keys.operator_finished(self.settings.queue_name, batch_id)
+            await self.redis.set(finished, ref.dumps(), ex=self.settings.retry_window_s)
             await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
             self._written.pop(batch_id, None)

@@ -25,6 +25,9 @@ from pdfqueue.storage import Storage
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extractor
+from pdfqueue_worker.notify import MAX_TRIES as WEBHOOK_MAX_TRIES
+from pdfqueue_worker.notify import webhook
+from pdfqueue_worker.rerun import retry
 from pdfqueue_worker.tasks import ingest, process
 
 log = logging.getLogger(__name__)
@@ -98,6 +101,18 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
             func(
                 ingest,
                 name="ingest",
+                timeout=settings.arq_timeout_s,
+                max_tries=settings.max_tries + SPARE_TRIES,
+            ),
+            func(
+                webhook,
+                name="webhook",
+                timeout=settings.webhook_timeout_s + 10,
+                max_tries=WEBHOOK_MAX_TRIES,
+            ),
+            func(
+                retry,
+                name="retry",
                 timeout=settings.arq_timeout_s,
                 max_tries=settings.max_tries + SPARE_TRIES,
             ),

@@ -15,16 +15,17 @@ log = logging.getLogger(__name__)
 Task = Callable[..., Coroutine[Any, Any, Any]]
 
 
-async def submit(deps: Deps, batch_id: str, jobs: Iterable[Job]) -> int:
+async def submit(deps: Deps, batch_id: str, jobs: Iterable[Job], first: int = 0) -> int:
     """Hand the batch's process jobs over: as pending work (fair dispatch), or straight into
-    the queue when fair dispatch is off. Returns how many were new."""
+    the queue when fair dispatch is off. Returns how many were new. `first` numbers the
+    first chunk (see Dispatcher.register)."""
     settings = deps.settings
     if not settings.dispatch_fair:
         return await enqueue_chunked(deps.redis, settings.queue_name, jobs, settings.enqueue_chunk)
     live = await deps.state.read(batch_id)
     tenant = live[1] if live is not None else ""
     dispatcher = Dispatcher.from_settings(deps.redis, settings)
-    added = await dispatcher.register(batch_id, tenant, jobs, settings.enqueue_chunk)
+    added = await dispatcher.register(batch_id, tenant, jobs, settings.enqueue_chunk, first)
     await dispatcher.dispatch()
     return added
 

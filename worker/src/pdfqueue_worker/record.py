@@ -13,6 +13,7 @@ from pdfqueue.observe import stage
 from pdfqueue.state import Recorded
 from pdfqueue.tracing import file_event
 from pdfqueue_worker.deps import Deps
+from pdfqueue_worker.notify import announce
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ async def record(deps: Deps, batch_id: str, decided: Mapping[FileRef, Decision])
             metrics.document_counted(outcome, reason)
     if status == BatchStatus.COMPLETED.value:
         await deps.db.finish_batch(batch_id, BatchStatus.COMPLETED)
+        await announce(deps, batch_id)  # again on a redelivery: the job id makes it once
         if Recorded.COMPLETED_BATCH in codes:
             metrics.batch_entered(BatchStatus.COMPLETED)
             log.info("batch completed", extra={"batch_id": batch_id})

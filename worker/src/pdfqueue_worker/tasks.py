@@ -32,6 +32,7 @@ from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import refills, submit
 from pdfqueue_worker.extract import Extraction, Unreadable
 from pdfqueue_worker.matching import choose, wanted
+from pdfqueue_worker.notify import announce
 from pdfqueue_worker.payload import Packed, cut, inflate
 from pdfqueue_worker.record import Decision, failed, record, restore
 
@@ -71,7 +72,7 @@ def keeps_try_on_shutdown(task: Task) -> Task:
 LAST_ERROR_TTL_S = 7 * 24 * 3600
 
 
-async def _retry_later(deps: Deps, ctx: dict[str, Any], exc: Exception) -> Retry:
+async def retry_later(deps: Deps, ctx: dict[str, Any], exc: Exception) -> Retry:
     """Remember why this try failed (the final reason if tries run out), then defer a retry."""
     reason = transient_reason(exc)
     log.warning(
@@ -82,7 +83,7 @@ async def _retry_later(deps: Deps, ctx: dict[str, Any], exc: Exception) -> Retry
     return Retry(defer=deps.backoff_s(ctx["job_try"]))
 
 
-async def _last_error(deps: Deps, ctx: dict[str, Any]) -> str:
+async def last_try_error(deps: Deps, ctx: dict[str, Any]) -> str:
     raw = await deps.redis.get(keys.last_error(ctx["job_id"]))
     # No recorded error means every try died with its worker (OOM kill, node loss).
     return raw.decode() if isinstance(raw, bytes) else (raw or "worker_lost")
@@ -97,12 +98,12 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
         async with asyncio.timeout(deps.settings.job_timeout_s):  # see `process`
             if ctx["job_try"] <= deps.settings.max_tries:
                 return await _ingest(deps, batch_id, source)
-            error = f"ingest gave up: {await _last_error(deps, ctx)}"
+            error = f"ingest gave up: {await last_try_error(deps, ctx)}"
             await deps.state.set_status(batch_id, BatchStatus.FAILED, error)
             await deps.db.finish_batch(batch_id, BatchStatus.FAILED, error)
             metrics.batch_entered(BatchStatus.FAILED)
     except Exception as exc:
-        raise await _retry_later(deps, ctx, exc) from exc
+        raise await retry_later(deps, ctx, exc) from exc
     return error
 
 
@@ -127,6 +128,7 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
         status = await deps.state.start(batch_id, listing.total_files, len(listing.ignored))
     if status is BatchStatus.COMPLETED:  # nothing to process: an empty archive
         await deps.db.finish_batch(batch_id, BatchStatus.COMPLETED)
+        await announce(deps, batch_id)
         metrics.batch_entered(BatchStatus.COMPLETED)
     else:
         metrics.batch_entered(BatchStatus.PROCESSING)
@@ -190,7 +192,7 @@ async def process(
                 await settle(deps.db, deps.state, batch_id)  # the first may have died
                 return "nothing to do"
             if ctx["job_try"] > deps.settings.max_tries:
-                reason = await _last_error(deps, ctx)
+                reason = await last_try_error(deps, ctx)
                 await record(deps, batch_id, {_ref(batch_id, m): failed(reason) for m in todo})
                 return f"{len(todo)} failed: {reason}"
             decided = await _process(deps, batch_id, source, todo, parse_until)
@@ -198,7 +200,7 @@ async def process(
             if len(decided) < len(todo):
                 raise TimeoutError(f"{len(todo) - len(decided)} PDFs were not parsed in time")
     except Exception as exc:
-        raise await _retry_later(deps, ctx, exc) from exc
+        raise await retry_later(deps, ctx, exc) from exc
     return ", ".join(f"{n} {o.value}" for o, n in Counter(outcomes).items())
 
 

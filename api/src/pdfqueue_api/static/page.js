@@ -8,7 +8,7 @@ const OUTCOMES = ["linked", "skipped_no_match", "skipped_already_exists", "skipp
 const LABELS = {
   linked: "linked", skipped_no_match: "skipped: no match", skipped_already_exists: "skipped: already linked",
   skipped_ambiguous: "skipped: two users",
-  failed: "failed", ignored: "ignored (not a PDF)", total_files: "files", processed: "processed",
+  failed: "failed", ignored: "ignored (not a PDF)", retrying: "retrying", total_files: "files", processed: "processed",
 };
 const PAGE_SIZE = 50;
 const view = { id: null, summary: null, abort: null, poll: null, samples: [], offset: 0, total: 0, retry: false, filesAt: 0 };
@@ -330,6 +330,7 @@ function fileRow(f) {
   const why = tr.insertCell();
   const words = f.reason ? advice[f.reason] || [`The file could not be processed (${f.reason}).`, "Try again later; if it persists, tell the administrator."] : null;
   if (words) { why.append(el("span", words[0]), el("span", words[1], "advice")); why.title = f.reason; }
+  if (f.tries > 1) why.append(el("span", `Try ${f.tries}; before: ${f.previous_reason || "unknown"}.`, "tries"));
   return tr;
 }
 

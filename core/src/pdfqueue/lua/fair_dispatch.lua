@@ -42,6 +42,8 @@ local inflight, owner = P .. 'inflight', P .. 'owner'
 local workers = P .. 'workers'
 if worker ~= '' then
   redis.call('ZADD', workers, worker_expires_ms, worker)
+  -- the set goes with the last lease (leases are equally long), not with the queue
+  redis.call('PEXPIREAT', workers, worker_expires_ms)
 end
 redis.call('ZREMRANGEBYSCORE', workers, '-inf', now_ms)
 if window == 0 then

@@ -1,0 +1,286 @@
+"""Completion webhooks against a real local receiver: one signed delivery per completion,
+retried while the receiver is down, and never to an address pdfqueue must not call."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+import uvicorn
+from browser import free_port
+from helpers import MakeCorpus, RunWorker, upload
+
+from pdfqueue.settings import Settings
+
+SECRET = "whsec-test-0123456789abcdef0123456789abcdef"
+HOOKS = pytest.mark.settings(
+    webhook_allow_http_loopback=True,
+    webhook_secrets={"acme": SECRET},
+    retry_base_delay_s=0.2,
+    retry_max_delay_s=1.0,
+)
+
+
+def verify(secret: str, header: str, body: bytes, tolerance_s: int = 300) -> bool:
+    """The README's verification snippet, verbatim."""
+    fields = dict(part.split("=", 1) for part in header.split(","))
+    timestamp = int(fields["t"])
+    expected = hmac.new(
+        secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256
+    ).hexdigest()
+    fresh = abs(time.time() - timestamp) <= tolerance_s
+    return fresh and hmac.compare_digest(expected, fields["v1"])
+
+
+@dataclass
+class Receiver:
+    """An HTTP server on a loopback port that records every request it gets."""
+
+    port: int
+    answer: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    got: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
+    server: uvicorn.Server | None = None
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks/pdf"
+
+    async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        self.got.append((scope["path"], headers, body))
+        extra = [(k.encode(), v.encode()) for k, v in self.headers.items()]
+        await send({"type": "http.response.start", "status": self.answer, "headers": extra})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def start(self) -> None:
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_config=None,
+            access_log=False,
+            interface="asgi3",
+        )
+        self.server = uvicorn.Server(config)
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            assert not self.task.done(), "the receiver did not start"
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        if self.server is not None and self.task is not None:
+            self.server.should_exit = True
+            await self.task
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    r = Receiver(free_port())
+    yield r
+    await r.stop()
+
+
+async def deliveries(db: asyncpg.Connection, batch_id: str) -> list[dict[str, Any]]:
+    rows = await db.fetch(
+        "SELECT round, attempt, url, status_code, error FROM pdfqueue_webhook_deliveries"
+        " WHERE batch_id = $1 ORDER BY id",
+        batch_id,
+    )
+    return [dict(r) for r in rows]
+
+
+async def upload_with(api: httpx.AsyncClient, path: Any, callback: str) -> httpx.Response:
+    return await api.post(
+        "/v1/batches",
+        params={"callback_url": callback},
+        content=path.read_bytes(),
+        headers={"Content-Type": "application/zip"},
+    )
+
+
+@HOOKS
+async def test_each_completion_is_delivered_once_signed_with_the_final_counts(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    receiver: Receiver,
+    db: asyncpg.Connection,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    await receiver.start()
+    corpus, path = await make_corpus(20, seed=51)
+    response = await upload_with(api, path, receiver.url)
+    assert response.status_code == 202, response.text
+    batch_id = response.json()["batch_id"]
+    await run_worker()
+    await run_worker()  # a second worker run delivers nothing twice
+
+    assert len(receiver.got) == 1
+    path_, headers, body = receiver.got[0]
+    assert path_ == "/hooks/pdf"
+    assert verify(SECRET, headers["pdfqueue-signature"], body)
+    assert not verify("another-secret", headers["pdfqueue-signature"], body)
+    assert headers["pdfqueue-event"] == "batch.completed"
+    assert headers["pdfqueue-delivery"] == f"{batch_id}:0"
+    sent = json.loads(body)
+    status = (await api.get(f"/v1/batches/{batch_id}")).json()
+    assert sent["event"] == "batch.completed"
+    for name in ("batch_id", "status", "total_files", "processed", *corpus.counts()):
+        assert sent[name] == status[name], name
+    assert await deliveries(db, batch_id) == [
+        {"round": 0, "attempt": 1, "url": receiver.url, "status_code": 200, "error": None}
+    ]
+    assert SECRET not in caplog.text
+
+    # a retry's completion is a new event, delivered once too
+    if corpus.counts()["failed"]:
+        retried = await api.post(f"/v1/batches/{batch_id}/retry", params={"all_failed": "true"})
+        assert retried.status_code == 202
+        await run_worker()
+        assert len(receiver.got) == 2
+        assert receiver.got[1][1]["pdfqueue-delivery"] == f"{batch_id}:1"
+        assert json.loads(receiver.got[1][2])["retries"] == 1
+
+
+@HOOKS
+@pytest.mark.timeout(180)
+async def test_a_receiver_down_for_20_s_still_gets_the_delivery(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    receiver: Receiver,
+    db: asyncpg.Connection,
+) -> None:
+    _, path = await make_corpus(6, seed=52)
+    response = await upload_with(api, path, receiver.url)  # nobody listens there yet
+    assert response.status_code == 202, response.text
+    batch_id = response.json()["batch_id"]
+    worker = asyncio.create_task(run_worker())
+    while not await deliveries(db, batch_id):  # noqa: ASYNC110 (rows written by the worker)
+        await asyncio.sleep(0.1)
+    down_since = time.monotonic()
+    await asyncio.sleep(20)
+    await receiver.start()
+    await worker
+    assert len(receiver.got) == 1
+    assert verify(SECRET, receiver.got[0][1]["pdfqueue-signature"], receiver.got[0][2])
+    attempts = await deliveries(db, batch_id)
+    assert attempts[-1]["status_code"] == 200
+    failed = attempts[:-1]
+    assert len(failed) >= 2
+    assert {a["error"] for a in failed} == {"ConnectError"}
+    assert [a["attempt"] for a in attempts] == list(range(1, len(attempts) + 1))
+    assert time.monotonic() - down_since >= 20
+
+
+@pytest.mark.settings(webhook_secrets={"acme": SECRET})
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "only https"),
+        ("https://169.254.169.254/latest/meta-data/", "non-public address (169.254.169.254)"),
+        ("https://[fd00:ec2::254]/", "non-public address"),
+        ("https://127.0.0.1/hook", "non-public address (127.0.0.1)"),
+        ("http://127.0.0.1:9/hook", "only https"),
+        ("https://localhost/hook", "non-public address"),
+        ("https://10.1.2.3/hook", "non-public address (10.1.2.3)"),
+        ("https://[::ffff:10.0.0.1]/hook", "non-public address (10.0.0.1)"),
+        ("https://192.168.0.10/hook", "non-public address"),
+        ("https://user:pw@example.com/hook", "credentials"),
+        ("ftp://example.com/hook", "only https"),
+        ("https://no-such-host.invalid/hook", "does not resolve"),
+        ("https://example.com/\nX: y", "not a URL"),
+    ],
+)
+async def test_unsafe_callbacks_are_refused_at_upload_and_nothing_is_stored(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    db: asyncpg.Connection,
+    s3_keys: Any,
+    url: str,
+    why: str,
+) -> None:
+    _, path = await make_corpus(2, seed=53)
+    before = await db.fetchval("SELECT count(*) FROM pdfqueue_callbacks")
+    response = await upload_with(api, path, url)
+    assert response.status_code == 422, response.text
+    assert why in response.json()["detail"]
+    assert await db.fetchval("SELECT count(*) FROM pdfqueue_callbacks") == before
+    assert s3_keys() == []
+
+
+async def test_a_tenant_without_a_secret_cannot_name_a_callback(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, s3_keys: Any
+) -> None:
+    _, path = await make_corpus(2, seed=54)
+    response = await upload_with(api, path, "https://example.com/hook")
+    assert response.status_code == 422
+    assert "no webhook secret" in response.json()["detail"]
+    assert s3_keys() == []
+
+
+@pytest.mark.settings(
+    webhook_secrets={"acme": SECRET}, webhook_urls={"acme": "https://127.0.0.1:9/hook"}
+)
+async def test_an_unsafe_tenant_webhook_is_refused_at_delivery(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, db: asyncpg.Connection
+) -> None:
+    _, path = await make_corpus(3, seed=55)
+    batch_id = await upload(api, path)
+    await run_worker()
+    assert await deliveries(db, batch_id) == [
+        {
+            "round": 0,
+            "attempt": 1,
+            "url": "https://127.0.0.1:9/hook",
+            "status_code": None,
+            "error": "it resolves to a non-public address (127.0.0.1)",
+        }
+    ]
+
+
+@HOOKS
+async def test_a_redirect_is_recorded_and_never_followed(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    receiver: Receiver,
+    db: asyncpg.Connection,
+) -> None:
+    receiver.answer = 302
+    receiver.headers = {"location": f"http://127.0.0.1:{receiver.port}/elsewhere"}
+    await receiver.start()
+    _, path = await make_corpus(3, seed=56)
+    response = await upload_with(api, path, receiver.url)
+    batch_id = response.json()["batch_id"]
+    await run_worker()
+    assert [p for p, _, _ in receiver.got] == ["/hooks/pdf"]  # /elsewhere never asked
+    attempts = await deliveries(db, batch_id)
+    assert [(a["status_code"], a["error"]) for a in attempts] == [(302, None)]
+
+
+def test_settings_keep_the_secret_out_of_reprs() -> None:
+    configured = Settings(webhook_secrets={"acme": SECRET})
+    assert SECRET not in repr(configured)
+    assert SECRET not in str(configured.webhook_secrets)

@@ -1,0 +1,134 @@
+"""The `webhook` task: tell a batch's caller it completed, signed, retried for a bounded time."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from arq import Retry
+from pydantic import SecretStr
+
+from pdfqueue import keys
+from pdfqueue.batches import read_batch
+from pdfqueue.errors import UnsafeCallback
+from pdfqueue.models import BatchStatus, BatchSummary
+from pdfqueue.observe import observed_job
+from pdfqueue.queue import Job, enqueue
+from pdfqueue.webhooks import body, callback_of, parse, post, record_attempt
+from pdfqueue_worker.deps import Deps
+
+log = logging.getLogger(__name__)
+MAX_TRIES = 100_000
+"""arq's limit on tries of a delivery: never the one that ends it (webhook_deadline_s is)."""
+
+
+async def announce(deps: Deps, batch_id: str) -> None:
+    """Queue the completion webhook of the batch's current round (once: the id says which)."""
+    if not (deps.settings.webhook_secrets or deps.settings.webhook_urls):
+        return  # no tenant can have a webhook: no job per batch either
+    live = await deps.state.read(batch_id)
+    round_ = live[0].retries if live is not None else 0
+    job = Job(
+        keys.webhook_job(batch_id, round_),
+        "webhook",
+        {"batch_id": batch_id, "retry_round": round_},
+    )
+    await enqueue(deps.redis, deps.settings.queue_name, [job])
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One attempt at one round's webhook: where, signed with what, saying what."""
+
+    batch_id: str
+    round: int
+    attempt: int
+    url: str
+    secret: SecretStr | None
+    summary: BatchSummary
+
+
+@observed_job("webhook", link=True)
+async def webhook(ctx: dict[str, Any], *, batch_id: str, retry_round: int) -> str:
+    """POST the batch's final counts to its callback; retry until webhook_deadline_s."""
+    deps: Deps = ctx["deps"]
+    delivery = await _delivery(deps, batch_id, retry_round, ctx["job_try"])
+    if isinstance(delivery, str):
+        return delivery
+    if delivery.secret is None:
+        await _note(deps, delivery, error="no webhook secret for the tenant")
+        return "no secret"
+    try:
+        code = await _post(deps, delivery, delivery.secret)
+    except UnsafeCallback as exc:
+        await _note(deps, delivery, error=exc.why)
+        log.warning("webhook refused: %s", exc.why, extra={"batch_id": batch_id})
+        return f"refused: {exc.why}"
+    except (httpx.HTTPError, OSError) as exc:
+        await _note(deps, delivery, error=type(exc).__name__)
+        return _again(deps, ctx, delivery.summary.completed_at, type(exc).__name__)
+    await _note(deps, delivery, code)
+    return _answered(deps, ctx, delivery, code)
+
+
+def _answered(deps: Deps, ctx: dict[str, Any], delivery: Delivery, code: int) -> str:
+    """Done on 2xx; a redirect is final (never followed); anything else is tried again."""
+    if 200 <= code < 300:
+        return f"delivered ({code})"
+    if 300 <= code < 400:
+        return f"refused: a redirect ({code}) is not followed"
+    return _again(deps, ctx, delivery.summary.completed_at, f"answered {code}")
+
+
+async def _delivery(deps: Deps, batch_id: str, round_: int, attempt: int) -> Delivery | str:
+    """What this attempt sends where, or why there is nothing to send."""
+    found = await deps.db.batch(batch_id)
+    if found is None:
+        return "unknown batch"
+    tenant = found[1]
+    url = await callback_of(deps.db, batch_id) or deps.settings.webhook_urls.get(tenant)
+    if not url:
+        return "no webhook"
+    summary = await read_batch(deps.db, deps.state, batch_id) or found[0]
+    if summary.status is not BatchStatus.COMPLETED or summary.retries != round_:
+        return "not this round's completion"
+    secret = deps.settings.webhook_secrets.get(tenant)
+    return Delivery(batch_id, round_, attempt, url, secret, summary)
+
+
+async def _post(deps: Deps, delivery: Delivery, secret: SecretStr) -> int:
+    settings = deps.settings
+    target = parse(delivery.url, allow_http_loopback=settings.webhook_allow_http_loopback)
+    return await post(
+        target,
+        secret.get_secret_value(),
+        body(delivery.summary),
+        f"{delivery.batch_id}:{delivery.round}",
+        timeout_s=settings.webhook_timeout_s,
+    )
+
+
+async def _note(
+    deps: Deps, delivery: Delivery, code: int | None = None, error: str | None = None
+) -> None:
+    await record_attempt(
+        deps.db,
+        delivery.batch_id,
+        delivery.round,
+        delivery.attempt,
+        delivery.url,
+        status_code=code,
+        error=error,
+    )
+
+
+def _again(deps: Deps, ctx: dict[str, Any], completed_at: datetime | None, why: str) -> str:
+    """Retry with backoff while the deadline allows; else give up (the attempts are recorded)."""
+    delay = deps.backoff_s(ctx["job_try"])
+    since = (datetime.now(UTC) - (completed_at or datetime.now(UTC))).total_seconds()
+    if since + delay > deps.settings.webhook_deadline_s:
+        return f"gave up: {why}"
+    raise Retry(defer=delay)
