@@ -17,9 +17,9 @@ from helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 from redis.asyncio import Redis
 
 from pdfqueue.db import connect, migrate
-from pdfqueue.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 from pdfqueue.settings import Settings
 from pdfqueue.storage import Storage
+from pdfqueue_dev.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 
 REQUIRED_ENV = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
 

@@ -20,10 +20,10 @@ import asyncpg
 from pdfqueue.batches import register_batch
 from pdfqueue.db import Database, connect
 from pdfqueue.models import COUNTERS
-from pdfqueue.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
+from pdfqueue_dev.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
 
 ROOT = Path(__file__).parents[1]
 SERVICES = ROOT / "tools" / "services.sh"

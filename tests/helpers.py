@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from pdfqueue.samples import Corpus
+from pdfqueue_dev.samples import Corpus
 
 ACME_TOKEN = "acme-test-token-0123456789abcdef0123456789"
 """Tenant acme's token, stored in clear in the tests' settings (32+ characters, as required)."""

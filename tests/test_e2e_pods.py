@@ -34,7 +34,7 @@ from chartfix import CHART, HELM, KUBECTL, ROOT
 from e2e.scenario import ClusterDriver, _seed, run_scenario, wait_until
 
 from pdfqueue.models import TERMINAL
-from pdfqueue.samples import build_corpus, write_zip
+from pdfqueue_dev.samples import build_corpus, write_zip
 
 pytestmark = [pytest.mark.pods, pytest.mark.timeout(2400)]
 

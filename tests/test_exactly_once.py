@@ -17,9 +17,9 @@ from redis.asyncio import Redis
 from pdfqueue import keys
 from pdfqueue.models import Outcome
 from pdfqueue.queue import Job, enqueue
-from pdfqueue.samples import CLEAN
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState, Recorded, utcnow
+from pdfqueue_dev.samples import CLEAN
 
 
 async def status(api: httpx.AsyncClient, batch_id: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 from helpers import MakeCorpus, RunWorker, upload
 from test_pipeline import wait_done
 
-from pdfqueue.samples import CLEAN, render_pdf
+from pdfqueue_dev.samples import CLEAN, render_pdf
 from pdfqueue_worker.extract import KEPT_ENVIRONMENT, Extractor
 
 MEMBER_BYTES = 64 * 1024**2

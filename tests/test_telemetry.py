@@ -23,7 +23,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
 
-from pdfqueue.samples import DECOYS, Corpus
 from pdfqueue.telemetry import log_handler, redact
 from pdfqueue.tracing import (
     BATCH_ID,
@@ -33,6 +32,7 @@ from pdfqueue.tracing import (
     record_error,
     setup_tracing,
 )
+from pdfqueue_dev.samples import DECOYS, Corpus
 
 STAGES = {"read", "extract", "match", "store", "claim", "record"}
 

@@ -21,7 +21,7 @@ import asyncpg
 import httpx
 
 from pdfqueue.models import TERMINAL
-from pdfqueue.samples import SampleUser, build_corpus, seed_users, write_zip
+from pdfqueue_dev.samples import SampleUser, build_corpus, seed_users, write_zip
 
 
 class ClusterDriver(Protocol):

@@ -24,9 +24,9 @@ from redis.asyncio import Redis
 from pdfqueue import keys
 from pdfqueue.models import BatchStatus
 from pdfqueue.queue import Job, deserialize, enqueue, remove
-from pdfqueue.samples import CLEAN, build_corpus, write_zip
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
+from pdfqueue_dev.samples import CLEAN, build_corpus, write_zip
 
 ZIP = {"Content-Type": "application/zip"}
 MiB = 1024**2
