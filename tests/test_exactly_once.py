@@ -11,7 +11,6 @@ import asyncpg
 import httpx
 import pytest
 from arq.constants import job_key_prefix
-from helpers import ACME, MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
 from pdfqueue import keys
@@ -20,6 +19,7 @@ from pdfqueue.queue import Job, enqueue
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState, Recorded, utcnow
 from pdfqueue_dev.samples import CLEAN
+from tests.support.helpers import ACME, MakeCorpus, RunWorker, upload
 
 
 async def status(api: httpx.AsyncClient, batch_id: str) -> dict[str, Any]:

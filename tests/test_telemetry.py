@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import MakeCorpus, RunWorker, upload
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -33,6 +32,7 @@ from pdfqueue.tracing import (
     setup_tracing,
 )
 from pdfqueue_dev.samples import DECOYS, Corpus
+from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 STAGES = {"read", "extract", "match", "store", "claim", "record"}
 

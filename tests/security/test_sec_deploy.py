@@ -1,6 +1,6 @@
 """Deployment fails closed: the chart and k8s/ refuse an open API, confine every pod, ship no secret.
 
-Rendered with the cached helm (tests/chartfix.py); the kustomize tests use the cached kubectl.
+Rendered with the cached helm (tests/support/chartfix.py); the kustomize tests use the cached kubectl.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import ipaddress
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -19,8 +18,19 @@ from typing import Any
 
 import pytest
 import yaml
-from chartfix import CHART, KUBECTL, ROOT, VARIANTS, Rendered, helm, template, values_file
-from kubefix import KubeCluster
+
+from pdfqueue_dev.processes import free_port
+from tests.support.chartfix import (
+    CHART,
+    KUBECTL,
+    ROOT,
+    VARIANTS,
+    Rendered,
+    helm,
+    template,
+    values_file,
+)
+from tests.support.kubefix import KubeCluster
 
 HASH = "sha256:" + "ab" * 32
 PLAIN = "plain-token-of-forty-characters-0123456"
@@ -368,13 +378,6 @@ def test_redis_reads_its_password_from_a_file_made_from_the_secret() -> None:
     assert volumes["run"]["emptyDir"]["medium"] == "Memory"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _redis_cli(port: int, password: str | None) -> str:
     env = {"PATH": os.environ["PATH"], **({"REDISCLI_AUTH": password} if password else {})}
     proc = subprocess.run(
@@ -408,7 +411,7 @@ def test_the_rendered_redis_command_really_requires_the_password_it_never_shows(
         return arg
 
     (tmp_path / "data").mkdir()
-    port = _free_port()
+    port = free_port()
     argv = [local(a) for a in c["command"] + c["args"]] + [
         "--port",
         str(port),

@@ -18,7 +18,6 @@ import asyncpg
 import httpx
 import pytest
 from arq.constants import result_key_prefix
-from helpers import GLOBEX, GLOBEX_TOKEN, MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
 from pdfqueue import keys
@@ -27,6 +26,7 @@ from pdfqueue.queue import Job, deserialize, enqueue, remove
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue_dev.samples import CLEAN, build_corpus, write_zip
+from tests.support.helpers import GLOBEX, GLOBEX_TOKEN, MakeCorpus, RunWorker, upload
 
 ZIP = {"Content-Type": "application/zip"}
 MiB = 1024**2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import signal
 import socket
@@ -11,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import ExitStack, suppress
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import httpx
 
@@ -33,47 +34,55 @@ def free_ports(count: int) -> list[int]:
 
 
 def wait_until(
-    check: Callable[[], T],
-    *,
-    timeout_s: float,
+    check: Callable[[], T | None],
     what: str,
+    timeout_s: float = 30,
+    *,
     interval_s: float = 0.2,
     diagnostics: Callable[[], str] | None = None,
 ) -> T:
-    """Call `check` until it returns something true and return that; TimeoutError naming `what`
-    (and the `diagnostics`, when given) after `timeout_s`. `check` may raise to give up early."""
+    """Call `check` until it answers (returns anything but None or False, so 0 and [] count)
+    and return the answer; TimeoutError naming `what`, the last result and the `diagnostics`
+    after `timeout_s`. `check` may raise to give up early (a process that died, say)."""
     deadline = time.monotonic() + timeout_s
     while True:
         result = check()
-        if result:
-            return result
+        if _answered(result):
+            return cast(T, result)
         if time.monotonic() >= deadline:
             raise TimeoutError(_late(what, timeout_s, result, diagnostics))
         time.sleep(interval_s)
 
 
 async def wait_until_async(
-    check: Callable[[], Awaitable[T]],
-    *,
-    timeout_s: float,
+    check: Callable[[], Awaitable[T | None] | T | None],
     what: str,
+    timeout_s: float = 30,
+    *,
     interval_s: float = 0.2,
     diagnostics: Callable[[], str] | None = None,
 ) -> T:
-    """`wait_until` for a coroutine check, sleeping on the event loop between tries."""
+    """`wait_until` on the event loop: `check` may be a coroutine function or a plain one (the
+    state of another task, which offers no event to wait on)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        result = await check()
-        if result:
-            return result
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if _answered(result):
+            return cast(T, result)
         if time.monotonic() >= deadline:
             raise TimeoutError(_late(what, timeout_s, result, diagnostics))
         await asyncio.sleep(interval_s)
 
 
+def _answered(result: object) -> bool:
+    return result is not None and result is not False
+
+
 def _late(what: str, timeout_s: float, last: object, diagnostics: Callable[[], str] | None) -> str:
     extra = f"\n{diagnostics()}" if diagnostics else ""
-    return f"{what} not within {timeout_s:g}s (last: {last!r}){extra}"
+    return f"{what}: not within {timeout_s:g}s (last: {last!r}){extra}"
 
 
 class ChildExited(RuntimeError):
@@ -176,13 +185,13 @@ def wait_http(
     """Wait until `url` answers `status`; ChildExited as soon as one of `children` ends."""
     watched = list(children)
 
-    def answers() -> bool:
+    def answers() -> bool | None:
         for child in watched:
             child.check_alive()
         try:
-            return httpx.get(url, timeout=2).status_code == status
+            return httpx.get(url, timeout=2).status_code == status or None
         except httpx.HTTPError:
-            return False
+            return None
 
     diagnostics = (
         (lambda: "\n".join(f"--- {c.name}\n{c.log_tail()}" for c in watched)) if watched else None
