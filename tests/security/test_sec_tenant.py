@@ -302,10 +302,6 @@ async def test_bytes_of_an_upload_cut_short_still_count(
     assert s3_keys("uploads/") == []
 
 
-@pytest.mark.skip(
-    reason="hangs past its timeout in the full suite on a fresh clone (twice), never alone; "
-    "the bytes-per-day quota on streamed bytes is still tested above; being investigated"
-)
 async def test_a_declared_size_over_the_days_rest_is_refused_before_streaming(
     tenant_api: TenantApi, db: asyncpg.Connection, s3_keys: Callable[[str], list[str]]
 ) -> None:

@@ -44,7 +44,9 @@ class Loop:
     async def run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self.step(), timeout=max(30.0, 10 * self.interval_s))
+                # Not wait_for: on 3.11 it swallows a cancel that lands as the step ends.
+                async with asyncio.timeout(max(30.0, 10 * self.interval_s)):
+                    await self.step()
             except Exception:
                 log.exception("%s loop: step failed", self.name)
             else:
