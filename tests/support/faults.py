@@ -102,12 +102,18 @@ class Run:
     async def wait_until(
         self, what: str, condition: Callable[[dict[str, Any]], bool], timeout_s: float
     ) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+
         async def reached() -> dict[str, Any] | None:
-            summary = await self.summary()
-            return summary if summary and condition(summary) else None
+            seen.update(await self.summary())
+            return dict(seen) if seen and condition(seen) else None
 
         return await wait_until_async(
-            reached, f"batch {self.batch_id} {what}", timeout_s, interval_s=0.3
+            reached,
+            f"batch {self.batch_id} {what}",
+            timeout_s,
+            interval_s=0.3,
+            diagnostics=lambda: f"its summary: {seen}",
         )
 
     async def summary(self) -> dict[str, Any]:
