@@ -12,14 +12,13 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from pdfqueue_dev.processes import free_port
+from pdfqueue_dev.processes import Child, free_port, wait_until
 from tests.support.chartfix import (
     CHART,
     KUBECTL,
@@ -418,15 +417,14 @@ def test_the_rendered_redis_command_really_requires_the_password_it_never_shows(
         "--bind",
         "127.0.0.1",
     ]
-    log = (tmp_path / "redis.log").open("wb")
-    server = subprocess.Popen(argv, env={"PATH": os.environ["PATH"]}, stdout=log, stderr=log)
+    server = Child("redis", argv, {"PATH": os.environ["PATH"]}, tmp_path)
     try:
-        for _ in range(100):
-            if _redis_cli(port, password) == "PONG":
-                break
-            assert server.poll() is None, (tmp_path / "redis.log").read_text()
-            time.sleep(0.1)
-        assert _redis_cli(port, password) == "PONG"
+
+        def answers() -> bool | None:
+            server.check_alive()
+            return _redis_cli(port, password) == "PONG" or None
+
+        wait_until(answers, "redis-server answering with the password", 30, interval_s=0.1)
         assert "NOAUTH" in _redis_cli(port, None)
         assert "WRONGPASS" in _redis_cli(port, "not-the-password")
         cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode()
@@ -435,9 +433,7 @@ def test_the_rendered_redis_command_really_requires_the_password_it_never_shows(
         auth = tmp_path / "run/auth.conf"
         assert auth.stat().st_mode & 0o777 == 0o600
     finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
+        server.stop(timeout_s=10)
 
 
 # ---- item 14: k8s/ ships no secret, is namespaced, widens only through its overlay -----------
