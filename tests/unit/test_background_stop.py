@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from redis.asyncio import Redis
 
+from pdfqueue.background import cancel_and_wait
 from pdfqueue.gauges import QueueGauges
 from pdfqueue_operator.runtime import Loop
 
@@ -76,3 +77,45 @@ async def test_operator_loops_stop_even_as_a_step_ends(delay: int) -> None:
         loop.task.cancel()
     assert stopped
     assert loop.task.done()
+
+
+async def test_a_loop_that_loses_a_cancel_is_cancelled_again() -> None:
+    """Whatever drops a cancel below a loop (a library's cleanup, say), stopping still ends it."""
+    ticks = 0
+
+    async def loop() -> None:
+        nonlocal ticks
+        lost = False
+        while True:
+            ticks += 1
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                if lost:
+                    raise
+                lost = True  # the first cancel is swallowed, as a library might
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    stopping = asyncio.ensure_future(cancel_and_wait(task))
+    done, _ = await asyncio.wait({stopping}, timeout=10)  # a bound for the failure only
+    if not done:
+        task.cancel()
+        task.cancel()
+    assert done
+    assert task.cancelled()
+    assert ticks == 2  # it went round once more after the lost cancel, then ended
+
+
+async def test_a_loop_that_fails_as_it_stops_raises_its_error() -> None:
+    async def loop() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            raise RuntimeError("cleanup failed") from None
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="cleanup failed"):
+        await cancel_and_wait(task)
+    await cancel_and_wait(None)  # nothing started: nothing to do
