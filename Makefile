@@ -9,6 +9,8 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 # PATH: put uv's folder on PATH here, so every recipe and every test finds it by name.
 export PATH := $(patsubst %/,%,$(dir $(UV))):$(PATH)
 PYTEST_ARGS ?=
+# `make demo DEMO_ARGS="--port 8001 --no-wait"`: another port, and exit once the batch is done
+DEMO_ARGS ?=
 
 .PHONY: help deps tools services services-stop test lint demo bench clean
 
@@ -52,7 +54,7 @@ demo: deps
 	bash tools/services.sh start $(DEMO_STATE) --no-s3
 	eval "$$(bash tools/services.sh env $(DEMO_STATE))"; \
 	export PDFQUEUE_STORAGE_URL=file://$(CURDIR)/.pdfqueue/storage; \
-	$(UV) run pdfqueue demo
+	$(UV) run pdfqueue demo $(DEMO_ARGS)
 
 bench: deps tools
 	bash tools/services.sh start $(STATE)

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from bench.documents import Density, render
-from pdfqueue.samples import (
+from pdfqueue_dev.samples import (
     CLEAN,
     ZIP_DATE,
     Corpus,

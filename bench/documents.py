@@ -13,7 +13,7 @@ from reportlab.lib.pagesizes import A4
 from reportlab.pdfbase.pdfmetrics import stringWidth
 from reportlab.pdfgen.canvas import Canvas
 
-from pdfqueue.samples import (
+from pdfqueue_dev.samples import (
     CITIES,
     COMPANIES,
     DEGREES,
@@ -45,7 +45,7 @@ class Density(StrEnum):
     """How much text a résumé has: the bench's corpora."""
 
     SPARSE = "sparse"
-    """A few short lines a page (the fpdf2 résumés of `pdfqueue.samples`)."""
+    """A few short lines a page (the fpdf2 résumés of `pdfqueue_dev.samples`)."""
     TYPICAL = "typical"
     """1-2 dense pages of 600-900 words, the address on page one."""
     LONG = "long"

@@ -19,7 +19,7 @@ from PIL import Image, ImageEnhance, ImageFilter
 from reportlab.lib.pagesizes import A4
 from reportlab.pdfgen.canvas import Canvas
 
-from pdfqueue.samples import CITIES, COMPANIES, FIRST, FIXED_DATE, LAST, TITLES
+from pdfqueue_dev.samples import CITIES, COMPANIES, FIRST, FIXED_DATE, LAST, TITLES
 
 DOMAIN = "people.example"
 FILLER = (

@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,18 +30,13 @@ import httpx
 import yaml
 from redis.asyncio import Redis
 
+from pdfqueue_dev.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 KUBECTL = str(
     Path(os.environ.get("PDFQUEUE_TOOLS_CACHE", "/var/cache/pdfqueue-tools")) / "bin/kubectl"
 )
 TARGET_S = 5.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:

@@ -18,7 +18,7 @@ import pypdfium2 as pdfium
 from pypdf import PdfReader
 
 from bench.documents import PRODUCERS, Density, render
-from pdfqueue.samples import CLEAN, build_corpus, render_pdf
+from pdfqueue_dev.samples import CLEAN, build_corpus, render_pdf
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extract import read_pdf, read_pdf_pypdf
 

@@ -16,7 +16,8 @@ from urllib.parse import urlparse
 from bench import corpus
 from bench.documents import Density
 from bench.pipeline import Bench
-from bench.procs import Child, Sampler
+from bench.procs import Sampler
+from pdfqueue_dev.processes import Child
 
 SOURCE = Path(os.environ.get("PDFQUEUE_BENCH_PEER", "/work/shared/peers/seed-node"))
 WORKDIR = Path(os.environ.get("PDFQUEUE_BENCH_PEER_DIR", "/tmp/seed-node-peer"))

@@ -21,12 +21,13 @@ from redis import Redis
 
 from bench import corpus
 from bench.documents import Density
-from bench.procs import Child, Sampler, free_port, listener_pid, stop_all, wait_until
+from bench.procs import Sampler, listener_pid
 from pdfqueue import keys
 from pdfqueue.client import Client
 from pdfqueue.db import connect
 from pdfqueue.provision import provision
 from pdfqueue.settings import Settings
+from pdfqueue_dev.processes import Child, free_port, free_ports, stop_all, wait_http, wait_until
 
 REQUIRED = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
 TOKEN = secrets.token_urlsafe(32)
@@ -175,7 +176,7 @@ class Deployment:
         self.extract_processes = extract_processes
         self.tag = tag
         self.port = free_port()
-        self.metrics_ports = [free_port() for _ in range(workers)]
+        self.metrics_ports = free_ports(workers)
         self.children: list[Child] = []
         self.client = Client(f"http://127.0.0.1:{self.port}", TOKEN, timeout_s=120)
 
@@ -224,13 +225,6 @@ class Deployment:
             if not c.alive():
                 raise RuntimeError(f"{c.name} exited early:\n{c.log_tail()}")
 
-    def _api_ready(self) -> bool:
-        self._check_alive()
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     def _worker_ready(self, child: Child, port: int) -> bool:
         """Started (arq logged it) and, where /metrics answers, past its startup hook."""
         self._check_alive()
@@ -244,10 +238,10 @@ class Deployment:
         return m is None or float(m.group(1)) > 0
 
     def _wait_ready(self) -> None:
-        wait_until(self._api_ready, 60, f"{self.tag} API ready")
+        wait_http(f"http://127.0.0.1:{self.port}/readyz", self.children, timeout_s=60)
         for child, port in zip(self.worker_children, self.metrics_ports, strict=True):
             ready = functools.partial(self._worker_ready, child, port)
-            wait_until(ready, 60, f"{child.name} ready")
+            wait_until(ready, f"{child.name} ready", 60)
 
     def sampler(self, interval_s: float = 0.2) -> Sampler:
         s = Sampler(interval_s, services=self.bench.services)

@@ -1,14 +1,11 @@
-"""Child processes for the bench: start and stop them, and sample their trees' RSS and CPU."""
+"""The bench's measurements of child processes: their trees' RSS and CPU, and the services'."""
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,12 +13,6 @@ from typing import Any
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 MB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -232,81 +223,3 @@ class Sampler:
             "machine_busy_cpu_s": round(self.machine_busy, 2),
             "other_cpu_s": round(max(0.0, self.machine_busy - ours - services), 2),
         }
-
-
-class Child:
-    """A child process in its own session, with its output in a log file."""
-
-    def __init__(
-        self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, *, launcher: bool
-    ) -> None:
-        self.name = name
-        self.launcher = launcher
-        """`uv run` is a launcher: the measured process is its child, not itself."""
-        self._main: int | None = None
-        self.log_path = log_dir / f"{name}.log"
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def main_pid(self) -> int | None:
-        """The process doing the work: `uv run` starts it as its only child."""
-        if self.proc.poll() is not None:
-            return None
-        if not self.launcher:
-            return self.proc.pid
-        if self._main is None:  # found once: scanning /proc on every sample costs CPU
-            kids = [p.pid for p in snapshot().values() if p.ppid == self.proc.pid]
-            self._main = min(kids) if kids else None
-        return self._main
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self, timeout_s: float = 35.0) -> None:
-        """SIGTERM (uv forwards it), then SIGKILL this child's own process group."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        self._log.close()
-
-
-def stop_all(children: Iterable[Child]) -> None:
-    children = list(children)
-    for c in children:
-        if c.alive():
-            c.proc.send_signal(signal.SIGTERM)
-    for c in children:
-        c.stop()
-
-
-def wait_until(
-    check: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2
-) -> None:
-    """Poll `check` until true; TimeoutError naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval_s)
-    raise TimeoutError(f"{what} not within {timeout_s:.0f}s")

@@ -11,8 +11,8 @@ import httpx
 
 from bench import corpus
 from bench.pipeline import TOKEN, Bench, Deployment
-from bench.procs import wait_until
 from bench.upload_rss import _idle_rss
+from pdfqueue_dev.processes import wait_until
 
 LIMIT_MB = 50
 
@@ -66,7 +66,7 @@ def run_sse(bench: Bench, clients: int, files: int, seed: int) -> dict[str, Any]
             daemon=True,
         )
         thread.start()
-        wait_until(opened.is_set, 120, f"{clients} event streams open")
+        wait_until(lambda: opened.is_set() or None, f"{clients} event streams open", 120)
         open_s = time.monotonic() - t0
         thread.join(timeout=900)
         sampler.stop()

@@ -13,19 +13,20 @@ import asyncpg
 import boto3
 import httpx
 import pytest
-from helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 from redis.asyncio import Redis
 
 from pdfqueue.db import connect, migrate
-from pdfqueue.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 from pdfqueue.settings import Settings
 from pdfqueue.storage import Storage
+from pdfqueue_dev.samples import Corpus, Mix, build_corpus, seed_users, write_zip
+from tests.support.helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 
 REQUIRED_ENV = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
 
-# The session-wide Kubernetes control plane (fixture `kube_cluster`), shared by every test module.
-pytest_plugins = ["kubefix", "kube_env", "browser"]  # kube_env: PdfBatches and the operator;
-# browser: the API on a real port, and headless Chromium
+# kubefix: the session-wide Kubernetes control plane (fixture `kube_cluster`), shared by every
+# test module; kube_env: PdfBatches and the operator; browser: the API on a real port, and
+# headless Chromium.
+pytest_plugins = ["tests.support.kubefix", "tests.support.kube_env", "tests.support.browser"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

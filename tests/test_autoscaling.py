@@ -13,13 +13,14 @@ from typing import Any
 
 import httpx
 import pytest
-from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
 from pdfqueue import keys
 from pdfqueue.fair import Dispatcher
 from pdfqueue.queue import Job
 from pdfqueue.settings import Settings
+from pdfqueue_dev.processes import wait_until_async
+from tests.support.kube_env import Cluster, StartOperator
 
 pytestmark = pytest.mark.kube
 WORKER_LABELS = {"app.kubernetes.io/component": "worker", "app.kubernetes.io/part-of": "pdfqueue"}
@@ -100,7 +101,7 @@ async def watch_replicas(kube: Cluster, namespace: str, name: str) -> AsyncItera
 
 
 async def replicas_become(timeline: Timeline, value: int, what: str, timeout_s: float) -> float:
-    await eventually(lambda: _is(timeline, value), what, timeout_s, every_s=0.05)
+    await wait_until_async(lambda: _is(timeline, value), what, timeout_s, interval_s=0.05)
     return timeline.seen[-1][0]
 
 
@@ -126,7 +127,7 @@ async def ready_pods(kube: Cluster, namespace: str, name: str, count: int) -> li
         ]
         return ready if len(pods) == len(ready) == count else None
 
-    return await eventually(probe, f"{count} ready pods", 60)
+    return await wait_until_async(probe, f"{count} ready pods", 60)
 
 
 async def backlog(redis: Redis, queue: str, jobs: range) -> None:
@@ -170,7 +171,7 @@ async def test_workers_go_from_zero_to_n_and_back_respecting_the_window(
     await kube.apply(manifest, namespace=namespace)
     operator = await start_operator(namespace)
     async with watch_replicas(kube, namespace, "workers") as timeline:
-        await eventually(lambda: _is(timeline, 0), "watched", 10)
+        await wait_until_async(lambda: _is(timeline, 0), "watched", 10)
         await asyncio.sleep(4 * tick_s)  # the operator has looked: nothing to do
         assert timeline.current() == 0
 
@@ -232,10 +233,14 @@ async def test_a_deployment_an_hpa_scales_or_with_bad_annotations_is_left_alone(
     async def warned(name: str, reason: str) -> dict[str, Any] | None:
         return next((e for e in await events(kube, namespace, name) if e["reason"] == reason), None)
 
-    conflict = await eventually(lambda: warned("owned", "ScalingConflict"), "conflict reported")
+    conflict = await wait_until_async(
+        lambda: warned("owned", "ScalingConflict"), "conflict reported"
+    )
     assert conflict["type"] == "Warning"
     assert "HorizontalPodAutoscaler cpu targets this Deployment" in conflict["message"]
-    typo = await eventually(lambda: warned("typo", "InvalidScalingAnnotation"), "typo reported")
+    typo = await wait_until_async(
+        lambda: warned("typo", "InvalidScalingAnnotation"), "typo reported"
+    )
     assert "pdfqueue.io/max-replicas: 'ten' is not an integer" in typo["message"]
     for name in ("owned", "typo"):
         deployment = await kube.get("deployment", name, namespace)

@@ -10,11 +10,11 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from helpers import GLOBEX, MakeCorpus, RunWorker
 
 from pdfqueue.db import _FILE_ORDER, _file_filters
 from pdfqueue.models import FileQuery
 from pdfqueue.settings import Settings
+from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker
 
 SOLO_TOKEN = "solo-test-token-00112233445566778899aabbccdd"
 SOLO = {"Authorization": f"Bearer {SOLO_TOKEN}"}

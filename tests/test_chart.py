@@ -1,7 +1,7 @@
 """The Helm chart: lint and schema, rendering rules, and every variant on a real API server.
 
 Static checks run helm only. Tests marked `kube` use the session's control plane
-(tests/kubefix.py): rendered manifests are validated by the API server (`--dry-run=server`),
+(tests/support/kubefix.py): rendered manifests are validated by the API server (`--dry-run=server`),
 applied for real, and the chart is installed with `helm install` so that every Deployment's and
 StatefulSet's pods are scheduled onto kwok's nodes.
 """
@@ -19,10 +19,10 @@ from unittest.mock import patch
 
 import pytest
 import yaml
-from chartfix import CHART, ROOT, VARIANTS, Rendered, helm, template, values_file
-from kubefix import KubeCluster
 
 from pdfqueue.settings import ARQ_TIMEOUT_MARGIN_S, Quota, Settings
+from tests.support.chartfix import CHART, ROOT, VARIANTS, Rendered, helm, template, values_file
+from tests.support.kubefix import KubeCluster
 
 pytestmark = pytest.mark.skipif(not (CHART / "Chart.yaml").exists(), reason="no chart")
 

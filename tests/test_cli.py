@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from browser import free_port
-from helpers import ACME, ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 
 from pdfqueue.cli import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, build_parser, main
+from pdfqueue_dev.processes import free_port
+from tests.support.helpers import ACME, ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 
 
 async def run(

@@ -1,7 +1,7 @@
-"""The kind e2e scenario (tests/e2e/scenario.py) on every CI run, with local processes.
+"""The kind e2e scenario (tests/support/e2e/scenario.py) on every CI run, with local processes.
 
 The chart is installed on the local control plane and its API, operator and workers run here,
-configured only from what the chart rendered (tests/e2e/local.py). What this proves beyond the
+configured only from what the chart rendered (tests/support/e2e/local.py). What this proves beyond the
 kind run's reach in CI: the chart's environment is complete and correct for each process, the
 operator works with exactly the chart's RBAC, and its scaling decisions drive the workers.
 """
@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e.local import LocalDriver
-from e2e.scenario import run_scenario
-from kubefix import KubeCluster
+
+from tests.support.e2e.local import LocalDriver
+from tests.support.e2e.scenario import run_scenario
+from tests.support.kubefix import KubeCluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
 

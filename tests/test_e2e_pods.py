@@ -4,7 +4,7 @@
 kube-proxy, CoreDNS, hostPath PVs) and imports the images of `tools/images.sh` (built here from
 Debian packages and the real Dockerfiles, cached by content hash). The chart is installed with
 those images; every pod must become Ready by its own probes; the scenario of
-tests/e2e/scenario.py runs through the API's Service (its ClusterIP, via kube-proxy); then the
+tests/support/e2e/scenario.py runs through the API's Service (its ClusterIP, via kube-proxy); then the
 release is exercised: worker and Redis pods deleted mid-batch, `helm upgrade`, `helm test`,
 `helm uninstall`.
 
@@ -19,7 +19,6 @@ import asyncio
 import base64
 import json
 import os
-import socket
 import subprocess
 import time
 import uuid
@@ -30,11 +29,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from chartfix import CHART, HELM, KUBECTL, ROOT
-from e2e.scenario import ClusterDriver, _seed, run_scenario, wait_until
 
 from pdfqueue.models import TERMINAL
-from pdfqueue.samples import build_corpus, write_zip
+from pdfqueue_dev.processes import free_port, wait_until
+from pdfqueue_dev.samples import build_corpus, write_zip
+from tests.support.chartfix import CHART, HELM, KUBECTL, ROOT
+from tests.support.e2e.scenario import ClusterDriver, _seed, run_scenario
 
 pytestmark = [pytest.mark.pods, pytest.mark.timeout(2400)]
 
@@ -45,19 +45,12 @@ IMAGES_SH = ROOT / "tools/images.sh"
 TOKEN = "e2e-token"  # k8s/kind-values.yaml's test token
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _node_env() -> dict[str, str]:
     """Ports chosen once per node directory: etcd's data remembers its peer URL."""
     NODE_DIR.mkdir(parents=True, exist_ok=True)
     ports = NODE_DIR / "ports.json"
     if not ports.exists():
-        ports.write_text(json.dumps({"etcd": _free_port(), "kube": _free_port()}))
+        ports.write_text(json.dumps({"etcd": free_port(), "kube": free_port()}))
     chosen = json.loads(ports.read_text())
     return {
         **os.environ,
@@ -110,7 +103,7 @@ def real_node() -> Iterator[Path]:
 
 
 class PodsDriver(ClusterDriver):
-    """tests/e2e/scenario.py's ClusterDriver for the release on the real node."""
+    """tests/support/e2e/scenario.py's ClusterDriver for the release on the real node."""
 
     users_table = "users"
     token = TOKEN
@@ -329,7 +322,9 @@ def _finish(
         status: dict[str, Any] = response.json()
         return status if status["status"] in TERMINAL else None
 
-    final = wait_until(f"batch {batch_id} to finish", finished, release, 600, 1.0)
+    final = wait_until(
+        finished, f"batch {batch_id} finished", 600, interval_s=1.0, diagnostics=release.diagnostics
+    )
     assert final["status"] == "COMPLETED", (final, release.diagnostics())
     assert {k: final[k] for k in expected} == expected, (final, expected)
     assert final["processed"] == final["total_files"] == files
@@ -340,7 +335,9 @@ def _wait_running_workers(release: PodsDriver) -> list[dict[str, Any]]:
         pods = [p for p in release.pods("worker") if _ready(p)]
         return pods or None
 
-    found: list[dict[str, Any]] = wait_until("a Ready worker pod", running, release, 300, 0.5)
+    found: list[dict[str, Any]] = wait_until(
+        running, "a Ready worker pod", 300, interval_s=0.5, diagnostics=release.diagnostics
+    )
     return found
 
 
@@ -379,7 +376,9 @@ def test_the_redis_pod_deleted_mid_batch_comes_back_from_its_aof(release: PodsDr
             fresh = [p for p in pods if p["metadata"]["uid"] != before["metadata"]["uid"]]
             return fresh[0] if fresh and _ready(fresh[0]) else None
 
-        after = wait_until("the Redis pod to come back Ready", back, release, 300)
+        after = wait_until(
+            back, "the Redis pod Ready again", 300, interval_s=0.5, diagnostics=release.diagnostics
+        )
         # the same claim: the StatefulSet's PVC, not a fresh volume
         claim = [
             v["persistentVolumeClaim"]["claimName"]

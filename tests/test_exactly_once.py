@@ -11,15 +11,15 @@ import asyncpg
 import httpx
 import pytest
 from arq.constants import job_key_prefix
-from helpers import ACME, MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
 from pdfqueue import keys
 from pdfqueue.models import Outcome
 from pdfqueue.queue import Job, enqueue
-from pdfqueue.samples import CLEAN
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState, Recorded, utcnow
+from pdfqueue_dev.samples import CLEAN
+from tests.support.helpers import ACME, MakeCorpus, RunWorker, upload
 
 
 async def status(api: httpx.AsyncClient, batch_id: str) -> dict[str, Any]:

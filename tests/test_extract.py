@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bench.documents import PRODUCERS, Density, render
-from pdfqueue.samples import CLEAN, Expect, build_corpus, render_pdf
+from pdfqueue_dev.samples import CLEAN, Expect, build_corpus, render_pdf
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extract import (
     Extractor,

@@ -11,11 +11,11 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from helpers import RunWorker, upload
 
 from bench.labelled import ScanStyle, fpdf_doc, scan
-from pdfqueue.samples import SampleUser, seed_users
 from pdfqueue.settings import Settings
+from pdfqueue_dev.samples import SampleUser, seed_users
+from tests.support.helpers import RunWorker, upload
 
 JANE = SampleUser(1, "jane.doe@people.example", "Jane Doe", None)
 BOB = SampleUser(2, "bob.roe@people.example", "Bob Roe", None)

@@ -13,15 +13,15 @@ import asyncpg
 import httpx
 import pytest
 from arq.constants import in_progress_key_prefix, job_key_prefix
-from helpers import GLOBEX, RunWorker, upload
-from kube_env import eventually
 from redis.asyncio import Redis
 
 from pdfqueue import keys
 from pdfqueue.fair import Dispatcher, drop_pending, pending_jobs
 from pdfqueue.queue import Job
-from pdfqueue.samples import Mix, build_corpus, render_pdf, seed_users
 from pdfqueue.settings import Settings
+from pdfqueue_dev.processes import wait_until_async
+from pdfqueue_dev.samples import Mix, build_corpus, render_pdf, seed_users
+from tests.support.helpers import GLOBEX, RunWorker, upload
 
 NO_EMAIL = Mix(known=0, no_email=1.0, unknown_email=0, already_linked=0, corrupt=0, encrypted=0)
 
@@ -50,7 +50,7 @@ async def summary(api: httpx.AsyncClient, batch_id: str, **kw: Any) -> dict[str,
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 300) -> None:
-    await eventually(check, what, timeout_s, every_s=0.02)
+    await wait_until_async(check, what, timeout_s, interval_s=0.02)
 
 
 async def finish(api: httpx.AsyncClient, worker: asyncio.Task[Any], *big: str) -> None:

@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from faults import Run, Services, check_invariants, outage, prepare
 
 from pdfqueue.retry import is_transient
-from pdfqueue.samples import Expect
+from pdfqueue_dev.samples import Expect
+from tests.support.faults import Run, Services, check_invariants, outage, prepare
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 RUNS = int(os.environ.get("PDFQUEUE_FAULT_RUNS", "3"))
@@ -74,7 +74,7 @@ async def test_kill9_of_a_worker_at_a_random_point(run_factory, attempt: int) ->
     victim = run.start_worker()
     run.start_worker()
     await asyncio.sleep(random.uniform(0.5, 4.0))  # anywhere: ingest, parsing, claiming
-    run.kill9(victim)
+    victim.kill9()  # the worker and its parsing processes at once, as an OOM kill
     run.start_worker()  # the replacement pod
     await run.wait_until("completed", done, timeout_s=150)
     await check_invariants(run)
@@ -85,8 +85,8 @@ async def test_sigterm_mid_batch_finishes_running_work_and_exits_cleanly(run_fac
     run.env["PDFQUEUE_WORKER_MAX_JOBS"] = "2"  # slow enough that work is left at SIGTERM
     worker = run.start_worker()
     await run.wait_until("started", started, timeout_s=60)
-    worker.send_signal(signal.SIGTERM)
-    code = await asyncio.to_thread(worker.wait, 30)
+    worker.proc.send_signal(signal.SIGTERM)
+    code = await asyncio.to_thread(worker.proc.wait, 30)
     assert code == 0
     summary = await run.summary()
     assert summary["status"] == "PROCESSING"  # work was left for someone else
@@ -109,7 +109,7 @@ async def test_redis_restarted_mid_batch(run_factory, fault_services: Services, 
     else:
         await outage(fault_services, "redis", 3)
     await run.wait_until("completed", done, timeout_s=150)
-    assert all(w.poll() is None for w in run.workers)  # the workers waited and reconnected
+    assert all(w.alive() for w in run.workers)  # the workers waited and reconnected
     await check_invariants(run)
 
 
@@ -150,7 +150,7 @@ async def test_retry_after_storage_came_back_with_a_worker_killed_mid_round(
     run.start_worker()
     await start_round(run)
     await asyncio.sleep(random.uniform(0.1, 2.0))  # anywhere: fan-out, parsing, claiming
-    run.kill9(victim)
+    victim.kill9()
     run.start_worker()
     await run.wait_until(
         "completed again", lambda s: done(s) and s.get("retries") == 1, timeout_s=150

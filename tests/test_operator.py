@@ -11,8 +11,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from helpers import ACME, MakeCorpus, RunWorker, upload
-from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
 from pdfqueue import keys
@@ -21,6 +19,9 @@ from pdfqueue.db import Database, connect
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
+from pdfqueue_dev.processes import wait_until_async
+from tests.support.helpers import ACME, MakeCorpus, RunWorker, upload
+from tests.support.kube_env import Cluster, StartOperator
 
 pytestmark = pytest.mark.kube
 EXAMPLES = Path(__file__).parents[1] / "k8s" / "examples"
@@ -47,7 +48,7 @@ async def status_when(
         obj = await kube.get("pdfbatch", name, namespace)
         return obj if obj and ok(obj.get("status") or {}, obj) else None
 
-    return await eventually(probe, what, timeout_s)
+    return await wait_until_async(probe, what, timeout_s)
 
 
 def accepted(status: dict[str, Any], obj: dict[str, Any]) -> bool:
@@ -214,7 +215,7 @@ async def test_deleting_a_pdfbatch_cancels_its_queued_jobs_even_if_the_operator_
         summary = await summary_of(settings, redis, batch)
         return summary.status == "CANCELLED" and await queued(batch) == 0
 
-    await eventually(lambda: cancelled(batch_id), "cancelled")
+    await wait_until_async(lambda: cancelled(batch_id), "cancelled")
 
     # With the operator down, deletion is not blocked (no finalizer); it cancels on return.
     await kube.apply(
@@ -229,7 +230,7 @@ async def test_deleting_a_pdfbatch_cancels_its_queued_jobs_even_if_the_operator_
     assert await kube.get("pdfbatch", "while-down", namespace) is None
     assert await redis.zscore(settings.queue_name, keys.ingest_job(second)) is not None
     await start_operator(namespace)
-    await eventually(lambda: cancelled(second), "cancelled after the operator came back")
+    await wait_until_async(lambda: cancelled(second), "cancelled after the operator came back")
     assert await redis.zscore(settings.queue_name, keys.ingest_job(second)) is None
 
 

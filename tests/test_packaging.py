@@ -193,7 +193,16 @@ IMAGE_CONTENTS = {
     # image venv (as in the Dockerfile): (must import, must not import, pdfqueue subcommand)
     ("Dockerfile.api", "/app/.venv"): (
         ["pdfqueue_api", "fastapi", "uvicorn", "multipart", "kubernetes"],
-        ["pypdf", "pebble", "kopf", "pdfqueue_worker", "pdfqueue_operator", "fpdf", "pytest"],
+        [
+            "pypdf",
+            "pebble",
+            "kopf",
+            "pdfqueue_worker",
+            "pdfqueue_operator",
+            "pdfqueue_dev",
+            "fpdf",
+            "pytest",
+        ],
         "api",
     ),
     ("Dockerfile.worker", "/venvs/worker"): (
@@ -207,6 +216,7 @@ IMAGE_CONTENTS = {
             "kubernetes",
             "pdfqueue_api",
             "pdfqueue_operator",
+            "pdfqueue_dev",
             "fpdf",
             "pytest",
         ],
@@ -222,6 +232,7 @@ IMAGE_CONTENTS = {
             "uvicorn",
             "pdfqueue_api",
             "pdfqueue_worker",
+            "pdfqueue_dev",
             "fpdf",
             "pytest",
         ],
@@ -261,6 +272,8 @@ def test_each_image_installs_only_its_members_locked_dependencies(
             cwd=tmp_path,
         ).stdout
         assert re.search(rf"^\s+{command}\s", helptext, re.M), helptext
+        assert not re.search(r"^\s+demo\s", helptext, re.M), helptext  # dev tools stay out
+        assert not [*made[venv].rglob("pdfqueue/demo.py"), *made[venv].rglob("pdfqueue/samples.py")]
         assert not list(made[venv].rglob("*.pth")) or all(
             str(ROOT) not in p.read_text() for p in made[venv].rglob("*.pth")
         )

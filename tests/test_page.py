@@ -11,8 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from browser import ROOT, DevTools
-from helpers import ACME, ACME_TOKEN, MakeCorpus, RunWorker, eventually
+
+from pdfqueue_dev.processes import wait_until_async
+from tests.support.browser import ROOT, DevTools
+from tests.support.helpers import ACME, ACME_TOKEN, MakeCorpus, RunWorker
 
 DOCS = ROOT / "docs"
 UPDATE_SCREENSHOTS = os.environ.get("PDFQUEUE_UPDATE_SCREENSHOTS") == "1"
@@ -115,12 +117,14 @@ async def test_page_follows_an_upload_to_its_report(
     await browser.call("Page.setDownloadBehavior", behavior="allow", downloadPath=str(downloads))
     await browser.js("document.getElementById('csv').click()")
     saved = downloads / f"{batch_id}.csv"
-    await eventually(saved.exists)
+    await wait_until_async(saved.exists, "the download saved", 60, interval_s=0.02)
     async with httpx.AsyncClient(base_url=served, headers=ACME) as http:
         api_csv = (
             await http.get(f"/v1/batches/{batch_id}/files", params={"format": "csv"})
         ).content
-    await eventually(lambda: saved.read_bytes() == api_csv)
+    await wait_until_async(
+        lambda: saved.read_bytes() == api_csv, "the saved report", 60, interval_s=0.02
+    )
 
     # A reload resumes the same batch; the list has it, with its file name.
     await browser.call("Page.reload")

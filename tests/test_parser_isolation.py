@@ -11,11 +11,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import MakeCorpus, RunWorker, upload
 from test_pipeline import wait_done
 
-from pdfqueue.samples import CLEAN, render_pdf
+from pdfqueue_dev.samples import CLEAN, render_pdf
 from pdfqueue_worker.extract import KEPT_ENVIRONMENT, Extractor
+from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 MEMBER_BYTES = 64 * 1024**2
 """Half the parser's 128 MiB address space: with the interpreter, PDFium and the copies

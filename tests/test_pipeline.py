@@ -12,11 +12,11 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from helpers import GLOBEX, MakeCorpus, RunWorker, upload
 
-from pdfqueue.samples import CLEAN, Expect, render_pdf
 from pdfqueue.settings import Settings
 from pdfqueue.storage import Storage
+from pdfqueue_dev.samples import CLEAN, Expect, render_pdf
+from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
 
 
 async def wait_done(api: httpx.AsyncClient, batch_id: str) -> dict[str, object]:

@@ -15,10 +15,8 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +24,18 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from helpers import ACME, MakeCorpus
 
 from pdfqueue.settings import Settings
 from pdfqueue.storage import Storage
+from pdfqueue_dev.processes import (
+    Child,
+    free_ports,
+    stop_all,
+    wait_http,
+    wait_until,
+    wait_until_async,
+)
+from tests.support.helpers import ACME, MakeCorpus
 
 ROOT = Path(__file__).parents[1]
 DASHBOARDS = ROOT / "charts/pdfqueue/dashboards"
@@ -51,13 +57,6 @@ metrics.serve(int(sys.argv[1]), addr="127.0.0.1")
 while True:
     time.sleep(1)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -119,13 +118,11 @@ class Prometheus:
         return result
 
     def wait_for(self, expr: str, ok: Any, timeout_s: float = 60) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def answer() -> list[dict[str, Any]] | None:
             result = self.query(expr)
-            if ok(result):
-                return result
-            assert time.monotonic() < deadline, f"timed out waiting for {expr}: {result}"
-            time.sleep(0.5)
+            return result if ok(result) else None
+
+        return wait_until(answer, expr, timeout_s, interval_s=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -137,53 +134,12 @@ def prometheus_bin() -> Path:
     return Path(found)
 
 
-class Processes:
-    """Started processes, stopped (SIGTERM, then SIGKILL) at the end of the test."""
-
-    def __init__(self, logs: Path) -> None:
-        self.logs = logs
-        self.running: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        with (self.logs / f"{name}.log").open("wb") as log:  # the child keeps its own copy
-            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-        self.running.append((name, proc))
-
-    def check_alive(self) -> None:
-        for name, proc in self.running:
-            if proc.poll() is not None:
-                log = (self.logs / f"{name}.log").read_text()[-3000:]
-                pytest.fail(f"{name} exited with {proc.returncode}:\n{log}")
-
-    def stop(self) -> None:
-        for _, proc in reversed(self.running):
-            proc.terminate()
-        for _, proc in reversed(self.running):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 @pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    yield procs
-    procs.stop()
-
-
-def wait_http(url: str, procs: Processes, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        procs.check_alive()
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, f"{url} did not answer"
-        time.sleep(0.2)
+def processes(tmp_path: Path) -> Iterator[list[Child]]:
+    """Processes the test starts, stopped (SIGTERM, then SIGKILL) at its end."""
+    children: list[Child] = []
+    yield children
+    stop_all(reversed(children), timeout_s=30)
 
 
 def test_promtool_accepts_the_rules(prometheus_bin: Path) -> None:
@@ -221,20 +177,20 @@ def test_dashboards_are_well_formed() -> None:
 
 async def test_every_dashboard_and_alert_expression_against_real_prometheus(
     prometheus_bin: Path,
-    processes: Processes,
+    processes: list[Child],
     settings: Settings,
     storage: Storage,
     make_corpus: MakeCorpus,
     tmp_path: Path,
 ) -> None:
     pdfqueue = Path(sys.executable).with_name("pdfqueue")  # `uv run pdfqueue`, without a sync
-    api_port, worker_port, operator_port, prom_port = (free_port() for _ in range(4))
+    api_port, worker_port, operator_port, prom_port = free_ports(4)
     env = settings_env(settings, PDFQUEUE_METRICS_INTERVAL_S="1")
-    processes.start("api", [str(pdfqueue), "api", "--port", str(api_port)], env)
-    processes.start(
-        "worker", [str(pdfqueue), "worker"], {**env, "PDFQUEUE_METRICS_PORT": str(worker_port)}
-    )
-    processes.start("operator", [sys.executable, "-c", OPERATOR_STAND_IN, str(operator_port)])
+    worker_env = {**env, "PDFQUEUE_METRICS_PORT": str(worker_port)}
+    operator = [sys.executable, "-c", OPERATOR_STAND_IN, str(operator_port)]
+    processes.append(Child("api", [str(pdfqueue), "api", "--port", str(api_port)], env, tmp_path))
+    processes.append(Child("worker", [str(pdfqueue), "worker"], worker_env, tmp_path))
+    processes.append(Child("operator", operator, None, tmp_path))
     targets = {"pdfqueue-api": api_port, "pdfqueue-worker": worker_port}
     targets["pdfqueue-operator"] = operator_port
     config = {
@@ -246,16 +202,14 @@ async def test_every_dashboard_and_alert_expression_against_real_prometheus(
         ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    processes.start(
-        "prometheus",
-        [
-            str(prometheus_bin),
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-            "--log.level=warn",
-        ],
-    )
+    prometheus = [
+        str(prometheus_bin),
+        f"--config.file={tmp_path / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{prom_port}",
+        "--log.level=warn",
+    ]
+    processes.append(Child("prometheus", prometheus, None, tmp_path))
     wait_http(f"http://127.0.0.1:{api_port}/healthz", processes)
     wait_http(f"http://127.0.0.1:{worker_port}/metrics", processes)
     wait_http(f"http://127.0.0.1:{prom_port}/-/ready", processes)
@@ -267,7 +221,7 @@ async def test_every_dashboard_and_alert_expression_against_real_prometheus(
 
 
 async def run_batch_and_check(
-    prom: Prometheus, processes: Processes, make_corpus: MakeCorpus, api_port: int, up: int
+    prom: Prometheus, processes: list[Child], make_corpus: MakeCorpus, api_port: int, up: int
 ) -> None:
     prom.wait_for("sum(up)", lambda r: r and float(r[0]["value"][1]) == up)
 
@@ -283,13 +237,14 @@ async def run_batch_and_check(
         )
         assert created.status_code == 202, created.text
         batch_id = created.json()["batch_id"]
-        deadline = time.monotonic() + 90
-        while (status := (await client.get(f"/v1/batches/{batch_id}")).json())[
-            "status"
-        ] != "COMPLETED":
-            processes.check_alive()
-            assert time.monotonic() < deadline, status
-            await asyncio.sleep(0.2)
+
+        async def completed() -> bool:
+            for child in processes:
+                child.check_alive()
+            status = (await client.get(f"/v1/batches/{batch_id}")).json()
+            return status["status"] == "COMPLETED"
+
+        await wait_until_async(completed, f"batch {batch_id} completed", 90)
     prom.wait_for(
         "sum(pdfqueue_documents_total)",
         lambda r: r and float(r[0]["value"][1]) == len(corpus.files),

@@ -6,11 +6,11 @@ import re
 
 import httpx
 import pytest
-from helpers import MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
 from pdfqueue.queue import JOB_EXPIRES_MS
 from pdfqueue.settings import Settings
+from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 
 async def keys_of(redis: Redis, *marks: str) -> dict[str, int]:

@@ -11,15 +11,16 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from browser import DevTools
-from helpers import ACME, ACME_TOKEN, GLOBEX, MakeCorpus, RunWorker, upload
-from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
 from pdfqueue import keys
 from pdfqueue.cli import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, main
-from pdfqueue.samples import CLEAN, Expect
 from pdfqueue.settings import Settings
+from pdfqueue_dev.processes import wait_until_async
+from pdfqueue_dev.samples import CLEAN, Expect
+from tests.support.browser import DevTools
+from tests.support.helpers import ACME, ACME_TOKEN, GLOBEX, MakeCorpus, RunWorker, upload
+from tests.support.kube_env import Cluster, StartOperator
 
 pytestmark = pytest.mark.settings(max_tries=2)
 
@@ -375,7 +376,7 @@ async def phase_when(kube: Cluster, ns: str, name: str, phase: str) -> dict[str,
         obj = await kube.get("pdfbatch", name, ns)
         return obj if obj and (obj.get("status") or {}).get("phase") == phase else None
 
-    found: dict[str, Any] = await eventually(probe, phase, 60)
+    found: dict[str, Any] = await wait_until_async(probe, phase, 60)
     return found
 
 

@@ -51,7 +51,7 @@ def test_import_layers() -> None:
         [lint_imports, "--no-cache"], check=False, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 def test_readme_documents_every_setting() -> None:

@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from helpers import ACME, GLOBEX, MakeCorpus, RunWorker, eventually
+
+from pdfqueue_dev.processes import wait_until_async
+from tests.support.helpers import ACME, GLOBEX, MakeCorpus, RunWorker
 
 ORDER = ["PENDING", "PROCESSING", "COMPLETED"]
 
@@ -105,11 +107,13 @@ async def test_event_streams_share_one_read_per_batch_per_tick(
                     http.stream("GET", f"/v1/batches/{batch_id}/events")
                 )
                 assert opened.status_code == 200
-            await eventually(lambda: feed.streams == 20)
+            await wait_until_async(lambda: feed.streams == 20, "20 streams", 60, interval_s=0.02)
             reads.clear()
             await feed.tick()
             assert reads == [batch_id]  # 20 streams, one read
-    await eventually(lambda: not feed.watchers)  # closed streams unsubscribe
+    await wait_until_async(  # closed streams unsubscribe
+        lambda: not feed.watchers, "no watcher left", 60, interval_s=0.02
+    )
 
 
 @pytest.mark.settings(max_event_streams=2)
@@ -126,7 +130,9 @@ async def test_streams_over_the_limit_get_503(
             for _ in range(2):
                 opened = await streams.enter_async_context(http.stream("GET", url))
                 assert opened.status_code == 200
-            await eventually(lambda: served_app.state.feed.streams == 2)
+            await wait_until_async(
+                lambda: served_app.state.feed.streams == 2, "2 streams", 60, interval_s=0.02
+            )
             refused = await http.get(url)
             assert refused.status_code == 503
             assert refused.json() == {

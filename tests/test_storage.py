@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Awaitable
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from pdfqueue.errors import ObjectNotFound, StorageError
 from pdfqueue.settings import Settings
 from pdfqueue.storage import Storage
+from pdfqueue_dev.processes import free_port
 
 DATA = b"%PDF-1.4 " + bytes(range(256)) * 40
 
@@ -77,9 +77,7 @@ async def _outcome(call: Awaitable[bytes]) -> bytes | type[Exception]:
 
 
 async def test_an_unreachable_endpoint_is_a_storage_error(settings: Settings) -> None:
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens on it
     down = Storage.from_settings(
         settings.model_copy(update={"s3_endpoint_url": f"http://127.0.0.1:{port}"}), threads=1
     )

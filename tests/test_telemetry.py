@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import MakeCorpus, RunWorker, upload
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -23,7 +22,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
 
-from pdfqueue.samples import DECOYS, Corpus
 from pdfqueue.telemetry import log_handler, redact
 from pdfqueue.tracing import (
     BATCH_ID,
@@ -33,6 +31,8 @@ from pdfqueue.tracing import (
     record_error,
     setup_tracing,
 )
+from pdfqueue_dev.samples import DECOYS, Corpus
+from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 STAGES = {"read", "extract", "match", "store", "claim", "record"}
 

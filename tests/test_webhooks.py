@@ -17,10 +17,10 @@ import asyncpg
 import httpx
 import pytest
 import uvicorn
-from browser import free_port
-from helpers import MakeCorpus, RunWorker, upload
 
 from pdfqueue.settings import Settings
+from pdfqueue_dev.processes import free_port
+from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 SECRET = "whsec-test-0123456789abcdef0123456789abcdef"
 HOOKS = pytest.mark.settings(

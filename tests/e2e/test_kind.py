@@ -2,8 +2,8 @@
 
 Creates a kind cluster named pdfqueue-e2e-<random> from k8s/kind-cluster.yaml, deploys with
 `skaffold run -p kind` (images built locally and loaded into kind), port-forwards the API, runs
-tests/e2e/scenario.py (upload, counts, workers scaled up from zero and back), and deletes the
-cluster. It never touches a kube context it did not create (see tests/e2e/kind.py).
+tests/support/e2e/scenario.py (upload, counts, workers scaled up from zero and back), and deletes the
+cluster. It never touches a kube context it did not create (see tests/support/e2e/kind.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e.kind import KindDriver
-from e2e.scenario import run_scenario
+from tests.support.e2e.kind import KindDriver
+from tests.support.e2e.scenario import run_scenario
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
 

@@ -17,11 +17,11 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from helpers import ACME, GLOBEX, MakeCorpus, upload
 from pydantic import ValidationError
 
 from pdfqueue.errors import ConfigurationError
 from pdfqueue.settings import Settings
+from tests.support.helpers import ACME, GLOBEX, MakeCorpus, upload
 
 SECRET = "Zq7-leaked-if-you-see-me-9f8e7d6c5b4a"
 """A marker inside every bad token value: it must never reach a message, traceback or log."""

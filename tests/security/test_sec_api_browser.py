@@ -7,8 +7,9 @@ import json
 import re
 
 import pytest
-from browser import DevTools
-from helpers import ACME_TOKEN, MakeCorpus, RunWorker
+
+from tests.support.browser import DevTools
+from tests.support.helpers import ACME_TOKEN, MakeCorpus, RunWorker
 
 
 @pytest.mark.timeout(180)

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 import schemathesis
-from helpers import ACME
 from hypothesis import HealthCheck, given, settings
 from schemathesis.generation.modes import GenerationMode
 from schemathesis.python import asgi
 
 from pdfqueue.settings import Settings
+from tests.support.helpers import ACME
 
 EXAMPLES = 20
 """Examples per operation, mode and token: bounded, so the whole file stays within minutes."""

@@ -1,6 +1,6 @@
 """Deployment fails closed: the chart and k8s/ refuse an open API, confine every pod, ship no secret.
 
-Rendered with the cached helm (tests/chartfix.py); the kustomize tests use the cached kubectl.
+Rendered with the cached helm (tests/support/chartfix.py); the kustomize tests use the cached kubectl.
 """
 
 from __future__ import annotations
@@ -11,16 +11,25 @@ import ipaddress
 import os
 import re
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from chartfix import CHART, KUBECTL, ROOT, VARIANTS, Rendered, helm, template, values_file
-from kubefix import KubeCluster
+
+from pdfqueue_dev.processes import Child, free_port, wait_until
+from tests.support.chartfix import (
+    CHART,
+    KUBECTL,
+    ROOT,
+    VARIANTS,
+    Rendered,
+    helm,
+    template,
+    values_file,
+)
+from tests.support.kubefix import KubeCluster
 
 HASH = "sha256:" + "ab" * 32
 PLAIN = "plain-token-of-forty-characters-0123456"
@@ -368,13 +377,6 @@ def test_redis_reads_its_password_from_a_file_made_from_the_secret() -> None:
     assert volumes["run"]["emptyDir"]["medium"] == "Memory"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _redis_cli(port: int, password: str | None) -> str:
     env = {"PATH": os.environ["PATH"], **({"REDISCLI_AUTH": password} if password else {})}
     proc = subprocess.run(
@@ -408,22 +410,21 @@ def test_the_rendered_redis_command_really_requires_the_password_it_never_shows(
         return arg
 
     (tmp_path / "data").mkdir()
-    port = _free_port()
+    port = free_port()
     argv = [local(a) for a in c["command"] + c["args"]] + [
         "--port",
         str(port),
         "--bind",
         "127.0.0.1",
     ]
-    log = (tmp_path / "redis.log").open("wb")
-    server = subprocess.Popen(argv, env={"PATH": os.environ["PATH"]}, stdout=log, stderr=log)
+    server = Child("redis", argv, {"PATH": os.environ["PATH"]}, tmp_path)
     try:
-        for _ in range(100):
-            if _redis_cli(port, password) == "PONG":
-                break
-            assert server.poll() is None, (tmp_path / "redis.log").read_text()
-            time.sleep(0.1)
-        assert _redis_cli(port, password) == "PONG"
+
+        def answers() -> bool | None:
+            server.check_alive()
+            return _redis_cli(port, password) == "PONG" or None
+
+        wait_until(answers, "redis-server answering with the password", 30, interval_s=0.1)
         assert "NOAUTH" in _redis_cli(port, None)
         assert "WRONGPASS" in _redis_cli(port, "not-the-password")
         cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode()
@@ -432,9 +433,7 @@ def test_the_rendered_redis_command_really_requires_the_password_it_never_shows(
         auth = tmp_path / "run/auth.conf"
         assert auth.stat().st_mode & 0o777 == 0o600
     finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
+        server.stop(timeout_s=10)
 
 
 # ---- item 14: k8s/ ships no secret, is namespaced, widens only through its overlay -----------

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chartfix import CHART, KUBECTL, ROOT, VARIANTS, Rendered, template, values_file
+
+from tests.support.chartfix import CHART, KUBECTL, ROOT, VARIANTS, Rendered, template, values_file
 
 CHECKOV = "checkov==3.3.30"
 CONFIG = ROOT / ".checkov.yaml"

@@ -16,8 +16,6 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from helpers import GLOBEX, MakeCorpus, RunWorker, upload
-from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
 from pdfqueue import keys
@@ -27,6 +25,9 @@ from pdfqueue.errors import BatchConflict, InvalidBatchId, SourceOutsideBucket, 
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
+from pdfqueue_dev.processes import wait_until_async
+from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
+from tests.support.kube_env import Cluster, StartOperator
 
 
 def pdfbatch(name: str, source: str, tenant: str | None = None, batch_id: str | None = None) -> Any:
@@ -55,7 +56,7 @@ async def settled(kube: Cluster, namespace: str, name: str) -> dict[str, Any]:
         obj = await kube.get("pdfbatch", name, namespace)
         return obj if obj and accepted(obj).get("status") in {"True", "False"} else None
 
-    return await eventually(probe, f"{name} accepted or refused")
+    return await wait_until_async(probe, f"{name} accepted or refused")
 
 
 async def assert_refused(kube: Cluster, namespace: str, name: str, reason: str) -> None:
@@ -183,7 +184,7 @@ async def test_forged_batch_id_annotations_neither_mirror_hijack_nor_cancel(
         got = (await api.get(f"/v1/batches/{victim}")).json()
         return got["status"] == "CANCELLED"
 
-    await eventually(cancelled, "cancelled by its owner's deletion")
+    await wait_until_async(cancelled, "cancelled by its owner's deletion")
     assert not {m for m in await queue_members(redis, settings) if victim.encode() in m}
 
 
@@ -368,7 +369,7 @@ async def test_operator_logs_json_redacted_and_posts_generic_events(
         return found or None
 
     for ns, name in ((namespace, "waiting"), (dead, "no-redis")):
-        posted = await eventually(partial(events, ns, name), f"an event on {name}")
+        posted = await wait_until_async(partial(events, ns, name), f"an event on {name}")
         for event in posted:
             message = event["message"]
             assert "failed temporarily" in message, message

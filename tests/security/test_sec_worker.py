@@ -14,19 +14,19 @@ import asyncpg
 import httpx
 import pytest
 from fpdf import FPDF
-from helpers import RunWorker
 from redis.asyncio import Redis
 
 from pdfqueue.batches import register_batch
 from pdfqueue.db import Database, connect
 from pdfqueue.errors import DirectoryTooLarge
-from pdfqueue.samples import seed_users
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue.zipdir import DirectoryLimits, count_entries
+from pdfqueue_dev.samples import seed_users
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extract import Extractor
+from tests.support.helpers import RunWorker
 
 MEGABYTE = 1_000_000
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from pdfqueue.background import cancel_and_wait
 from pdfqueue.models import TERMINAL, BatchSummary
 
 log = logging.getLogger(__name__)
@@ -67,10 +67,7 @@ class BatchFeed:
         self._task = asyncio.create_task(self._run(), name="batch-feed")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     def subscribe(self, summary: BatchSummary) -> Subscriber:
         subscriber = Subscriber(summary)

@@ -160,13 +160,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     _retry_command(sub)
 
-    p = sub.add_parser("demo", help="run the whole pipeline on generated résumés")
-    p.add_argument("--files", type=int, default=300)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--no-wait", action="store_true", help="exit when the batch is done")
-    p.set_defaults(run=cmd_demo)
-
     plugins = entry_points(group="pdfqueue.commands")
     if only in plugins.names:
         plugins = plugins.select(name=only)
@@ -345,13 +338,6 @@ def batch_exit_code(status: dict[str, Any]) -> int:
     if status["status"] != BatchStatus.COMPLETED:
         return EXIT_BATCH_ENDED
     return EXIT_FILES_FAILED if status.get("failed") else EXIT_OK
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from pdfqueue.demo import run_demo
-
-    code: int = run_demo(args.files, args.workers, args.port, wait=not args.no_wait)
-    return code
 
 
 def _bar() -> Progress:

@@ -63,7 +63,10 @@ class QueueGauges:
             metrics.EVENT_LOOP_LAG.set(max(time.monotonic() - expected, 0.0))
             metrics.HEARTBEAT.set(time.time())
             try:
-                await asyncio.wait_for(self.poll(), timeout=max(self.interval_s, 1.0))
+                # Not wait_for: on 3.11 it swallows a cancel that lands as the poll ends, and
+                # stop() would then wait forever for a loop that goes on.
+                async with asyncio.timeout(max(self.interval_s, 1.0)):
+                    await self.poll()
             except Exception as exc:  # Redis down: say so once, keep ticking
                 metrics.REDIS_UP.set(0)
                 if not self._failing:

@@ -7,7 +7,6 @@ object it runs for, and a finalizer would block `kubectl delete` while the opera
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,7 @@ import kopf
 from redis.asyncio import Redis
 
 from pdfqueue import metrics
+from pdfqueue.background import cancel_and_wait
 from pdfqueue.db import Database, connect
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
@@ -44,7 +44,9 @@ class Loop:
     async def run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self.step(), timeout=max(30.0, 10 * self.interval_s))
+                # Not wait_for: on 3.11 it swallows a cancel that lands as the step ends.
+                async with asyncio.timeout(max(30.0, 10 * self.interval_s)):
+                    await self.step()
             except Exception:
                 log.exception("%s loop: step failed", self.name)
             else:
@@ -55,10 +57,7 @@ class Loop:
         self.task = asyncio.create_task(self.run(), name=f"pdfqueue-{self.name}")
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await cancel_and_wait(self.task)
 
     def check(self) -> float:
         """Seconds since the last good step; raises (failing the probe) when far too long."""

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,12 +17,13 @@ import asyncpg
 from pdfqueue.batches import register_batch
 from pdfqueue.db import Database, connect
 from pdfqueue.models import COUNTERS
-from pdfqueue.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
 from pdfqueue.settings import Settings
 from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
+from pdfqueue_dev.processes import Child, free_ports, wait_until_async
+from pdfqueue_dev.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SERVICES = ROOT / "tools" / "services.sh"
 PORT_VARS = ("PDFQUEUE_REDIS_PORT", "PDFQUEUE_PG_PORT", "PDFQUEUE_S3_PORT")
 # Short timeouts make a SIGKILLed worker's jobs come back in 20 s (job timeout + 5 + 10 s).
@@ -52,13 +50,8 @@ class Services:
 
     @classmethod
     def allocate(cls, state: Path) -> Services:
-        socks = [socket.socket() for _ in PORT_VARS]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        ports = {v: str(sock.getsockname()[1]) for v, sock in zip(PORT_VARS, socks, strict=True)}
-        for sock in socks:
-            sock.close()
-        return cls(state, ports)
+        ports = free_ports(len(PORT_VARS))
+        return cls(state, {v: str(port) for v, port in zip(PORT_VARS, ports, strict=True)})
 
     def run(self, command: str, *extra: str) -> str:
         return subprocess.run(
@@ -82,7 +75,7 @@ class Run:
     env: dict[str, str]
     corpus: Corpus
     batch_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    workers: list[Child] = field(default_factory=list)
     logs: Path = field(default_factory=Path)
 
     @property
@@ -95,41 +88,33 @@ class Run:
             }
         )
 
-    def start_worker(self) -> subprocess.Popen[bytes]:
-        with (self.logs / f"worker-{len(self.workers)}.log").open("ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "pdfqueue.cli", "worker"],
-                env={**os.environ, **self.env},
-                stdout=log,
-                stderr=log,
-                start_new_session=True,  # its own group, like a pod
-            )
-        self.workers.append(proc)
-        return proc
-
-    def kill9(self, proc: subprocess.Popen[bytes]) -> None:
-        """SIGKILL the worker and its parsing processes at once, as an OOM kill of a pod does."""
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+    def start_worker(self) -> Child:
+        """A worker in its own process group, like a pod."""
+        argv = [sys.executable, "-m", "pdfqueue.cli", "worker"]
+        worker = Child(f"worker-{len(self.workers)}", argv, {**os.environ, **self.env}, self.logs)
+        self.workers.append(worker)
+        return worker
 
     def stop_all(self) -> None:
-        for proc in self.workers:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        for worker in self.workers:
+            worker.kill9()
 
     async def wait_until(
         self, what: str, condition: Callable[[dict[str, Any]], bool], timeout_s: float
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        summary: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            summary = await self.summary()
-            if summary and condition(summary):
-                return summary
-            await asyncio.sleep(0.3)
-        msg = f"batch {self.batch_id}: not {what} after {timeout_s}s: {summary}"
-        raise AssertionError(msg)
+        seen: dict[str, Any] = {}
+
+        async def reached() -> dict[str, Any] | None:
+            seen.update(await self.summary())
+            return dict(seen) if seen and condition(seen) else None
+
+        return await wait_until_async(
+            reached,
+            f"batch {self.batch_id} {what}",
+            timeout_s,
+            interval_s=0.3,
+            diagnostics=lambda: f"its summary: {seen}",
+        )
 
     async def summary(self) -> dict[str, Any]:
         conn = await asyncpg.connect(self.env["PDFQUEUE_DATABASE_URL"])

@@ -22,15 +22,17 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
-from chartfix import CHART, ROOT, Rendered
-from kubefix import KubeCluster, free_port
+
+from pdfqueue_dev.processes import free_port
+from tests.support.chartfix import CHART, ROOT, Rendered
+from tests.support.kubefix import KubeCluster
 
 PDFQUEUE = Path(sys.executable).parent / "pdfqueue"
 BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
 
 
 class LocalDriver:
-    """Implements tests.e2e.scenario.ClusterDriver with local processes."""
+    """Implements tests.support.e2e.scenario.ClusterDriver with local processes."""
 
     def __init__(self, cluster: KubeCluster, services: dict[str, str], workdir: Path) -> None:
         self.cluster = cluster

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,15 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from pdfqueue_dev.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("PDFQUEUE_TOOLS_CACHE", "/var/cache/pdfqueue-tools")) / "bin"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -93,17 +86,6 @@ class KubeCluster:
         self.kubectl("create", "namespace", name)
         self.namespaces.append(name)
         return name
-
-    def wait_for(self, what: str, check: Any, timeout: float = 90, interval: float = 0.5) -> Any:
-        """Poll `check()` until it returns something truthy; fail with `what` after timeout."""
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            last = check()
-            if last:
-                return last
-            time.sleep(interval)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
     def add_volumes(self, count: int, storage_class: str, size: str = "50Gi") -> list[str]:
         """Pre-provisioned PVs, as a cluster without a provisioner offers them; only claims of

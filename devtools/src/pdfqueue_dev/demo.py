@@ -2,34 +2,49 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 from rich.console import Console
 
+from pdfqueue.cli import follow, print_summary  # the CLI's own progress display
+from pdfqueue.client import Client
 from pdfqueue.provision import provision
-from pdfqueue.samples import build_corpus, seed_users, write_zip
 from pdfqueue.settings import Settings
+from pdfqueue_dev.processes import Child, ChildExited, stop_all, wait_http
+from pdfqueue_dev.samples import build_corpus, seed_users, write_zip
 
 console = Console(stderr=True)
 DEMO_TABLE = "demo_users"  # never the host's real users table: the demo truncates it
 STATE = Path(".pdfqueue/demo")
 
 
+def register(sub: Any) -> None:
+    """The `demo` command, plugged into `pdfqueue` by the `pdfqueue.commands` entry point."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "demo", help="run the whole pipeline on generated résumés"
+    )
+    p.add_argument("--files", type=int, default=300)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--no-wait", action="store_true", help="exit when the batch is done")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_demo(args.files, args.workers, args.port, wait=not args.no_wait)
+
+
 def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
     """Run the whole pipeline once; with `wait`, keep serving until Ctrl-C."""
-    from pdfqueue.cli import follow, print_summary  # the CLI's own progress display
-    from pdfqueue.client import Client
-
     env = {**os.environ, "PDFQUEUE_USERS_TABLE": DEMO_TABLE}
     settings = Settings(users_table=DEMO_TABLE)
     token = os.environ.get("PDFQUEUE_TOKEN")
@@ -45,7 +60,12 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
     children = [_spawn(["api", "--port", str(port)], env, "api")]
     children += [_spawn(["worker"], env, f"worker-{i + 1}") for i in range(workers)]
     try:
-        _wait_ready(url, children)
+        try:
+            wait_http(f"{url}/readyz", children)
+        except (ChildExited, TimeoutError) as exc:
+            raise SystemExit(
+                f"the API and workers did not start: {exc}\nlogs: {STATE}/*.log"
+            ) from exc
         client = Client(url, token)
         console.print(f"uploading {zip_path} ({zip_path.stat().st_size // 1024} KiB)")
         batch_id = client.upload(zip_path)["batch_id"]
@@ -65,7 +85,8 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        _stop(children)
+        stop_all(children, timeout_s=30)
+        console.print("stopped the API and workers")
     return 0 if status["status"] == "COMPLETED" else 1
 
 
@@ -84,36 +105,5 @@ async def _prepare(settings: Settings, files: int, zip_path: Path, *, generate: 
     console.print(f"{len(corpus.users)} users in table {DEMO_TABLE}; expected: {expected}")
 
 
-def _spawn(args: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
-    log = (STATE / f"{name}.log").open("wb")
-    return subprocess.Popen(
-        [sys.executable, "-m", "pdfqueue.cli", *args], env=env, stdout=log, stderr=log
-    )
-
-
-def _wait_ready(url: str, children: list[subprocess.Popen[bytes]], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(c.poll() is not None for c in children):
-            msg = f"a demo process exited early; see {STATE}/*.log"
-            raise SystemExit(msg)
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    msg = f"the API did not become ready at {url}; see {STATE}/api.log"
-    raise SystemExit(msg)
-
-
-def _stop(children: list[subprocess.Popen[bytes]]) -> None:
-    for child in children:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    for child in children:
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-    console.print("stopped the API and workers")
+def _spawn(args: list[str], env: dict[str, str], name: str) -> Child:
+    return Child(name, [sys.executable, "-m", "pdfqueue.cli", *args], env, STATE)

@@ -223,3 +223,16 @@ def test_slices_are_runs_of_neighbours_bounded_in_count_and_bytes() -> None:
     assert [[m.index for m in r] for r in runs] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
     huge = [member(0, 0, 5_000_000), member(1, 5_000_100, 10)]
     assert [len(r) for r in plan_slices(huge, per_job=16, max_span_bytes=1_000_000)] == [1, 1]
+
+
+def test_an_empty_listing_plans_no_job_and_one_per_job_plans_one_each() -> None:
+    assert plan_slices([], per_job=8, max_span_bytes=1_000_000) == []
+    pdfs = [member(i, offset=i * 100, size=50) for i in range(3)]
+    assert [[m.index for m in r] for r in plan_slices(pdfs, 1, 1_000_000)] == [[0], [1], [2]]
+
+
+def test_a_span_covers_its_members_and_the_gaps_between_them() -> None:
+    run = [member(2, offset=1_000, size=10), member(0, offset=100, size=50)]
+    assert member_span(run) == (100, run[0].end - 100)
+    assert member_span(run[:1]) == (1_000, run[0].end - 1_000)
+    assert run[0].end > 1_010  # the span reaches past the data's local header as well

@@ -3,8 +3,8 @@
 upload a ZIP through the API -> the operator scales the workers up from zero -> the batch
 completes with the exact expected counts -> the workers scale back to zero.
 
-`KindDriver` (tests/e2e/kind.py) runs it on a kind cluster deployed by skaffold;
-`LocalDriver` (tests/e2e/local.py) runs it with the API, workers and operator as local
+`KindDriver` (tests/support/e2e/kind.py) runs it on a kind cluster deployed by skaffold;
+`LocalDriver` (tests/support/e2e/local.py) runs it with the API, workers and operator as local
 processes configured from the chart's rendered manifests, on every CI run.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,7 +20,8 @@ import asyncpg
 import httpx
 
 from pdfqueue.models import TERMINAL
-from pdfqueue.samples import SampleUser, build_corpus, seed_users, write_zip
+from pdfqueue_dev.processes import wait_until
+from pdfqueue_dev.samples import SampleUser, build_corpus, seed_users, write_zip
 
 
 class ClusterDriver(Protocol):
@@ -59,24 +59,6 @@ class Timeline:
             self.replicas.append((round(time.monotonic(), 1), n))
 
 
-def wait_until(
-    what: str,
-    check: Callable[[], Any],
-    driver: ClusterDriver,
-    timeout_s: float,
-    interval_s: float = 0.5,
-) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(interval_s)
-    raise AssertionError(
-        f"timed out after {timeout_s:.0f}s waiting for {what}\n{driver.diagnostics()}"
-    )
-
-
 async def _seed(url: str, users: list[SampleUser], table: str) -> None:
     conn = await asyncpg.connect(url)
     try:
@@ -106,14 +88,26 @@ def run_scenario(
         return n
 
     # 1. Idle: the operator has scaled the workers to zero.
-    wait_until("the idle workers to be scaled to zero", lambda: replicas() == 0, driver, settle_s)
+    wait_until(
+        lambda: replicas() == 0,
+        "the idle workers scaled to zero",
+        settle_s,
+        interval_s=0.5,
+        diagnostics=driver.diagnostics,
+    )
 
     # 2. Upload through the API.
     client = httpx.Client(
         base_url=driver.api_url, timeout=60, headers={"Authorization": f"Bearer {driver.token}"}
     )
     with client:
-        wait_until("the API to be ready", lambda: _get(client, "/readyz") == 200, driver, settle_s)
+        wait_until(
+            lambda: _get(client, "/readyz") == 200,
+            "the API ready",
+            settle_s,
+            interval_s=0.5,
+            diagnostics=driver.diagnostics,
+        )
         created = client.post(
             "/v1/batches", content=archive.read_bytes(), headers={"Content-Type": "application/zip"}
         )
@@ -127,7 +121,13 @@ def run_scenario(
             seen.statuses.append(status)
             return status if status["status"] in TERMINAL else None
 
-        final = wait_until(f"batch {batch_id} to finish", finished, driver, batch_s, 1.0)
+        final = wait_until(
+            finished,
+            f"batch {batch_id} finished",
+            batch_s,
+            interval_s=1.0,
+            diagnostics=driver.diagnostics,
+        )
 
     assert max(n for _, n in seen.replicas) >= 1, f"never scaled up: {seen.replicas}"
     assert final["status"] == "COMPLETED", (final, driver.diagnostics())
@@ -136,7 +136,13 @@ def run_scenario(
     assert final["processed"] == final["total_files"] == len(corpus.files)
 
     # 4. Idle again: back to zero.
-    wait_until("the workers to scale back to zero", lambda: replicas() == 0, driver, settle_s)
+    wait_until(
+        lambda: replicas() == 0,
+        "the workers scaled back to zero",
+        settle_s,
+        interval_s=0.5,
+        diagnostics=driver.diagnostics,
+    )
     return seen
 
 

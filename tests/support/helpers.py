@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from pdfqueue.samples import Corpus
+from pdfqueue_dev.samples import Corpus
 
 ACME_TOKEN = "acme-test-token-0123456789abcdef0123456789"
 """Tenant acme's token, stored in clear in the tests' settings (32+ characters, as required)."""
@@ -20,12 +19,6 @@ GLOBEX = {"Authorization": f"Bearer {GLOBEX_TOKEN}"}
 
 MakeCorpus = Callable[..., Awaitable[tuple[Corpus, Path]]]
 RunWorker = Callable[..., Awaitable[Any]]
-
-
-async def eventually(check: Callable[[], bool]) -> None:
-    """Wait until `check()` holds; the test's timeout bounds the wait."""
-    while not check():  # noqa: ASYNC110 (state of another task, which offers no event)
-        await asyncio.sleep(0.02)
 
 
 async def upload(api: httpx.AsyncClient, path: Path) -> str:

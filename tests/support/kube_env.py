@@ -1,6 +1,6 @@
 """PdfBatch tests on a real API server: kubectl helpers, and the operator as a process.
 
-The control plane is the session's one (tests/kubefix.py, tools/kube.sh on free loopback
+The control plane is the session's one (tests/support/kubefix.py, tools/kube.sh on free loopback
 ports). Every kubectl call names its kubeconfig, checked to be that control plane's: an ambient
 KUBECONFIG or another cluster is never touched. The operator runs as `pdfqueue operator` with
 the token of its own ServiceAccount (k8s/rbac/operator.yaml plus the cluster-wide rules of
@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -26,34 +24,14 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import yaml
-from kubefix import KubeCluster
 
 from pdfqueue.settings import Settings
+from pdfqueue_dev.processes import free_port, wait_until_async
+from tests.support.kubefix import KubeCluster
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 CONTEXT = "pdfqueue-test"
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T | None]], what: str, timeout_s: float = 30, every_s: float = 0.2
-) -> T:
-    """Poll `probe` until it returns something other than None (or False)."""
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last is not None and last is not False:
-            return last
-        await asyncio.sleep(every_s)
-    raise AssertionError(f"not {what} after {timeout_s}s (last: {last!r})")
 
 
 @dataclass
@@ -236,7 +214,7 @@ class OperatorProcess:
                     return None
                 return r.status_code == 200 or None
 
-            await eventually(healthy, "healthy", timeout_s)
+            await wait_until_async(healthy, "healthy", timeout_s)
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

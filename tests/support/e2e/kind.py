@@ -18,22 +18,16 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
-from chartfix import ROOT
+from pdfqueue_dev.processes import free_port
+from tests.support.chartfix import ROOT
 
 NAMESPACE = "pdfqueue"  # skaffold.yaml's release namespace
 RELEASE = "pdfqueue"  # ... and release name: objects are named pdfqueue-<component>
 TOOLS = ("kind", "skaffold", "kubectl", "docker")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class KindDriver:
-    """Implements tests.e2e.scenario.ClusterDriver on a kind cluster it owns."""
+    """Implements tests.support.e2e.scenario.ClusterDriver on a kind cluster it owns."""
 
     users_table = "users"  # the chart's default (k8s/kind-values.yaml keeps it)
     token = "e2e-token-0123456789abcdef0123456789abcdef"  # k8s/kind-values.yaml: auth.apiTokens.e2e

@@ -7,7 +7,6 @@ import itertools
 import json
 import re
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,8 +18,9 @@ import websockets
 from fastapi import FastAPI
 
 from pdfqueue.settings import Settings
+from pdfqueue_dev.processes import free_port
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 RECORD_VIOLATIONS = """
 window.__violations = [];
 document.addEventListener("securitypolicyviolation",
@@ -35,13 +35,6 @@ def chromium() -> str:
     found = shutil.which("chromium")
     assert found, "chromium not installed (tools/services.sh chromium)"
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class DevTools:

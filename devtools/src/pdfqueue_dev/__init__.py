@@ -1,0 +1,1 @@
+"""pdfqueue's development tools: sample corpora, the demo, process helpers; never in an image."""

@@ -1,0 +1,215 @@
+"""Child processes for the tests, the benchmarks and the demo: ports, waiting, start and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import ExitStack, suppress
+from pathlib import Path
+from typing import TypeVar, cast
+
+import httpx
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on right now."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports (held together while chosen, so never the same)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
+def wait_until(
+    check: Callable[[], T | None],
+    what: str,
+    timeout_s: float = 30,
+    *,
+    interval_s: float = 0.2,
+    diagnostics: Callable[[], str] | None = None,
+) -> T:
+    """Call `check` until it answers (returns anything but None or False, so 0 and [] count)
+    and return the answer; TimeoutError naming `what`, the last result and the `diagnostics`
+    after `timeout_s`. `check` may raise to give up early (a process that died, say)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if _answered(result):
+            return cast(T, result)
+        if time.monotonic() >= deadline:
+            raise TimeoutError(_late(what, timeout_s, result, diagnostics))
+        time.sleep(interval_s)
+
+
+async def wait_until_async(
+    check: Callable[[], Awaitable[T | None] | T | None],
+    what: str,
+    timeout_s: float = 30,
+    *,
+    interval_s: float = 0.2,
+    diagnostics: Callable[[], str] | None = None,
+) -> T:
+    """`wait_until` on the event loop: `check` may be a coroutine function or a plain one (the
+    state of another task, which offers no event to wait on)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if _answered(result):
+            return cast(T, result)
+        if time.monotonic() >= deadline:
+            raise TimeoutError(_late(what, timeout_s, result, diagnostics))
+        await asyncio.sleep(interval_s)
+
+
+def _answered(result: object) -> bool:
+    return result is not None and result is not False
+
+
+def _late(what: str, timeout_s: float, last: object, diagnostics: Callable[[], str] | None) -> str:
+    extra = f"\n{diagnostics()}" if diagnostics else ""
+    return f"{what}: not within {timeout_s:g}s (last: {last!r}){extra}"
+
+
+class ChildExited(RuntimeError):
+    """A child process ended while it was expected to run."""
+
+
+class Child:
+    """A child process in its own session (a pod's process group), its output in a log file."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None,
+        log_dir: Path,
+        *,
+        launcher: bool = False,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.launcher = launcher
+        """`uv run` is a launcher: the process doing the work is its child, not itself."""
+        self.log_path = log_dir / f"{name}.log"
+        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._main: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def main_pid(self) -> int | None:
+        """The process doing the work: a launcher starts it as its only child."""
+        if self.proc.poll() is not None:
+            return None
+        if not self.launcher:
+            return self.proc.pid
+        if self._main is None:  # found once: scanning /proc on every call costs CPU
+            kids = [pid for pid, ppid in _parents().items() if ppid == self.proc.pid]
+            self._main = min(kids) if kids else None
+        return self._main
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        """ChildExited, with the end of the log, if the child has ended."""
+        if self.proc.poll() is not None:
+            msg = f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail(40)}"
+            raise ChildExited(msg)
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send `sig` to the child's whole process group (its pool's processes included)."""
+        if self.proc.poll() is None:
+            with suppress(ProcessLookupError):  # ended meanwhile
+                os.killpg(self.proc.pid, sig)
+
+    def kill9(self) -> None:
+        """SIGKILL the group at once, as an OOM kill of a pod does, and reap the child."""
+        self.signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 35.0) -> None:
+        """SIGTERM the child (a launcher forwards it), then SIGKILL its group after `timeout_s`."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+
+
+def stop_all(children: Iterable[Child], timeout_s: float = 35.0) -> None:
+    """SIGTERM every child first (they drain at the same time), then wait for each."""
+    children = list(children)
+    for child in children:
+        if child.alive():
+            child.proc.send_signal(signal.SIGTERM)
+    for child in children:
+        child.stop(timeout_s)
+
+
+def wait_http(
+    url: str, children: Iterable[Child] = (), *, timeout_s: float = 60, status: int = 200
+) -> None:
+    """Wait until `url` answers `status`; ChildExited as soon as one of `children` ends."""
+    watched = list(children)
+
+    def answers() -> bool | None:
+        for child in watched:
+            child.check_alive()
+        try:
+            return httpx.get(url, timeout=2).status_code == status or None
+        except httpx.HTTPError:
+            return None
+
+    diagnostics = (
+        (lambda: "\n".join(f"--- {c.name}\n{c.log_tail()}" for c in watched)) if watched else None
+    )
+    wait_until(
+        answers, timeout_s=timeout_s, what=f"{url} answering {status}", diagnostics=diagnostics
+    )
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process, from /proc (no psutil needed)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        parents[int(entry)] = int(raw[raw.rindex(")") + 2 :].split()[1])
+    return parents
