@@ -14,6 +14,7 @@ import boto3
 import httpx
 import pytest
 from helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
+from podsmode import pods_mode
 from redis.asyncio import Redis
 
 from pdfqueue.db import connect, migrate
@@ -31,7 +32,12 @@ pytest_plugins = ["kubefix", "kube_env", "browser"]  # kube_env: PdfBatches and 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--e2e", action="store_true", help="run e2e tests against a kind cluster")
     parser.addoption(
-        "--pods", action="store_true", help="run the chart on real pods (root, containerd)"
+        "--pods",
+        action="store_true",
+        help="require the real-pod tests: fail, not skip, where containers cannot run",
+    )
+    parser.addoption(
+        "--no-pods", action="store_true", help="skip the real-pod tests (or PDFQUEUE_PODS=0)"
     )
 
 
@@ -41,8 +47,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "e2e" in item.keywords:
                 item.add_marker(skip)
-    if not config.getoption("--pods"):
-        skip = pytest.mark.skip(reason="real-pod tests are opt-in: pass --pods")
+    if pods_mode(config) == "off":
+        skip = pytest.mark.skip(reason="real-pod tests turned off (--no-pods or PDFQUEUE_PODS=0)")
         for item in items:
             if item.get_closest_marker("pods"):
                 item.add_marker(skip)
