@@ -46,7 +46,8 @@ RELEASE = "pdfqueue"
 NODE_DIR = Path(os.environ.get("PDFQUEUE_PODS_DIR", ROOT / ".state/kube-real"))
 KUBE_SH = ROOT / "tools/kube.sh"
 IMAGES_SH = ROOT / "tools/images.sh"
-TOKEN = "e2e-token"  # k8s/kind-values.yaml's test token
+KIND_VALUES = ROOT / "k8s/kind-values.yaml"
+TOKEN: str = yaml.safe_load(KIND_VALUES.read_text())["auth"]["apiTokens"]["e2e"]
 NODE_CANNOT = 3  # tools/kube.sh node-check: this machine cannot run containers
 
 
@@ -215,7 +216,7 @@ def release(real_node: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     values.write_text(yaml.safe_dump(_image_values()))
     driver.values = [
         "-f",
-        str(ROOT / "k8s/kind-values.yaml"),
+        str(KIND_VALUES),
         "-f",
         str(values),
     ]
