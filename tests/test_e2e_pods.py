@@ -40,7 +40,8 @@ from podsmode import pods_mode
 from pdfqueue.models import TERMINAL
 from pdfqueue.samples import build_corpus, write_zip
 
-pytestmark = [pytest.mark.pods, pytest.mark.timeout(2400)]
+# The first test also builds the images and the node binaries when the cache is cold.
+pytestmark = [pytest.mark.pods, pytest.mark.timeout(3600)]
 
 RELEASE = "pdfqueue"
 NODE_DIR = Path(os.environ.get("PDFQUEUE_PODS_DIR", ROOT / ".state/kube-real"))
@@ -118,11 +119,27 @@ def real_node(request: pytest.FixtureRequest) -> Iterator[Path]:
     if check.returncode == NODE_CANNOT:
         _cannot_run(reason, required)
     assert check.returncode == 0, f"tools/kube.sh node-check failed:\n{check.stderr[-4000:]}"
+    before = _host_network()
     try:
         _run("bash", KUBE_SH, "up", NODE_DIR, "--real-node", timeout=3600, env=env)
         yield NODE_DIR / "admin.kubeconfig"
     finally:
         _run("bash", KUBE_SH, "down", NODE_DIR, timeout=600, env=env)
+    # the host as it was: no bridge, no chain of ours or of kube-proxy, the same sysctls
+    assert _host_network() == before
+
+
+def _host_network() -> dict[str, object]:
+    """What the real node changes on the host and must give back on `down`."""
+    chains = _run("iptables-save").splitlines() + _run("ip6tables-save").splitlines()
+    sysctls = ("net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables")
+    return {
+        "bridge": (
+            Path("/sys/class/net") / os.environ.get("PDFQUEUE_NODE_BRIDGE", "pdfq0")
+        ).exists(),
+        "chains": sorted({c.split()[0] for c in chains if c.startswith((":PDFQ", ":KUBE"))}),
+        "sysctls": {s: (Path("/proc/sys") / s).read_text().strip() for s in sysctls},
+    }
 
 
 class PodsDriver(ClusterDriver):
