@@ -17,6 +17,8 @@ DEMO_ARGS ?=
 help:
 	@echo "make demo   - run the whole pipeline on 300 generated résumés (installs what is missing)"
 	@echo "make test   - start Redis, PostgreSQL and an S3 server, then run the test suite"
+	@echo "              (with the chart on real pods where containers can run; PYTEST_ARGS=--no-pods"
+	@echo "              or PDFQUEUE_PODS=0 skips them, PYTEST_ARGS=--pods fails where they cannot run)"
 	@echo "make lint   - ruff, mypy (strict on every package and bench/) and the import layer contracts"
 	@echo "make bench  - throughput and memory benchmarks against the seed peer"
 

@@ -20,6 +20,7 @@ from pdfqueue.settings import Settings
 from pdfqueue.storage import Storage
 from pdfqueue_dev.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 from tests.support.helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
+from tests.support.podsmode import pods_mode
 
 REQUIRED_ENV = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
 
@@ -32,7 +33,12 @@ pytest_plugins = ["tests.support.kubefix", "tests.support.kube_env", "tests.supp
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--e2e", action="store_true", help="run e2e tests against a kind cluster")
     parser.addoption(
-        "--pods", action="store_true", help="run the chart on real pods (root, containerd)"
+        "--pods",
+        action="store_true",
+        help="require the real-pod tests: fail, not skip, where containers cannot run",
+    )
+    parser.addoption(
+        "--no-pods", action="store_true", help="skip the real-pod tests (or PDFQUEUE_PODS=0)"
     )
 
 
@@ -42,8 +48,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "e2e" in item.keywords:
                 item.add_marker(skip)
-    if not config.getoption("--pods"):
-        skip = pytest.mark.skip(reason="real-pod tests are opt-in: pass --pods")
+    if pods_mode(config) == "off":
+        skip = pytest.mark.skip(reason="real-pod tests turned off (--no-pods or PDFQUEUE_PODS=0)")
         for item in items:
             if item.get_closest_marker("pods"):
                 item.add_marker(skip)

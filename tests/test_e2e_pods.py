@@ -8,9 +8,12 @@ tests/support/e2e/scenario.py runs through the API's Service (its ClusterIP, via
 release is exercised: worker and Redis pods deleted mid-batch, `helm upgrade`, `helm test`,
 `helm uninstall`.
 
-Opt in with `--pods` (marker `pods`); it needs root and skips with the one failing prerequisite
-otherwise. The node's state (etcd, containerd's images) is kept in $PDFQUEUE_PODS_DIR
-(default .state/kube-real) so a warm run imports nothing; it is stopped after the module.
+It runs by default (marker `pods`) where containers can run: root, cgroups, overlayfs,
+br_netfilter; the Debian packages are installed when missing. Elsewhere it skips with the one
+failing prerequisite. `--no-pods` or PDFQUEUE_PODS=0 turns it off; `--pods` or PDFQUEUE_PODS=1
+requires it (a missing prerequisite fails instead of skipping). The node's state (etcd,
+containerd's images) is kept in $PDFQUEUE_PODS_DIR (default .state/kube-real) so a warm run
+imports nothing; it is stopped after the module.
 """
 
 from __future__ import annotations
@@ -35,14 +38,18 @@ from pdfqueue_dev.processes import free_port, wait_until
 from pdfqueue_dev.samples import build_corpus, write_zip
 from tests.support.chartfix import CHART, HELM, KUBECTL, ROOT
 from tests.support.e2e.scenario import ClusterDriver, _seed, run_scenario
+from tests.support.podsmode import pods_mode
 
-pytestmark = [pytest.mark.pods, pytest.mark.timeout(2400)]
+# The first test also builds the images and the node binaries when the cache is cold.
+pytestmark = [pytest.mark.pods, pytest.mark.timeout(3600)]
 
 RELEASE = "pdfqueue"
 NODE_DIR = Path(os.environ.get("PDFQUEUE_PODS_DIR", ROOT / ".state/kube-real"))
 KUBE_SH = ROOT / "tools/kube.sh"
 IMAGES_SH = ROOT / "tools/images.sh"
-TOKEN = "e2e-token"  # k8s/kind-values.yaml's test token
+KIND_VALUES = ROOT / "k8s/kind-values.yaml"
+TOKEN: str = yaml.safe_load(KIND_VALUES.read_text())["auth"]["apiTokens"]["e2e"]
+NODE_CANNOT = 3  # tools/kube.sh node-check: this machine cannot run containers
 
 
 def _node_env() -> dict[str, str]:
@@ -79,11 +86,20 @@ def _run(*argv: str | Path, timeout: float = 600, env: dict[str, str] | None = N
     return proc.stdout
 
 
+def _cannot_run(reason: str, required: bool) -> None:
+    """This machine cannot run containers: skip with the reason, or fail where pods are required."""
+    if required:
+        pytest.fail(f"real pods required (--pods or PDFQUEUE_PODS=1) but {reason}")
+    pytest.skip(f"containers cannot run here: {reason}")
+
+
 @pytest.fixture(scope="module")
-def real_node() -> Iterator[Path]:
+def real_node(request: pytest.FixtureRequest) -> Iterator[Path]:
+    required = pods_mode(request.config) == "required"
     if os.geteuid() != 0:
-        pytest.skip("real pods need root (containerd, runc, network namespaces, iptables)")
+        _cannot_run("not root (containerd, runc, network namespaces, iptables)", required)
     env = _node_env()
+    # Installs the Debian packages the node needs; exit 3: this machine cannot run containers.
     check = subprocess.run(
         ["bash", str(KUBE_SH), "node-check", str(NODE_DIR)],
         capture_output=True,
@@ -92,14 +108,31 @@ def real_node() -> Iterator[Path]:
         env=env,
         timeout=900,
     )
-    if check.returncode != 0:
-        reason = (check.stderr.strip().splitlines() or ["node-check failed"])[-1]
-        pytest.skip(f"containers cannot run here: {reason}")
+    reason = (check.stderr.strip().splitlines() or ["node-check failed"])[-1].removeprefix("kube: ")
+    if check.returncode == NODE_CANNOT:
+        _cannot_run(reason, required)
+    assert check.returncode == 0, f"tools/kube.sh node-check failed:\n{check.stderr[-4000:]}"
+    before = _host_network()
     try:
         _run("bash", KUBE_SH, "up", NODE_DIR, "--real-node", timeout=3600, env=env)
         yield NODE_DIR / "admin.kubeconfig"
     finally:
         _run("bash", KUBE_SH, "down", NODE_DIR, timeout=600, env=env)
+    # the host as it was: no bridge, no chain of ours or of kube-proxy, the same sysctls
+    assert _host_network() == before
+
+
+def _host_network() -> dict[str, object]:
+    """What the real node changes on the host and must give back on `down`."""
+    chains = _run("iptables-save").splitlines() + _run("ip6tables-save").splitlines()
+    sysctls = ("net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables")
+    return {
+        "bridge": (
+            Path("/sys/class/net") / os.environ.get("PDFQUEUE_NODE_BRIDGE", "pdfq0")
+        ).exists(),
+        "chains": sorted({c.split()[0] for c in chains if c.startswith((":PDFQ", ":KUBE"))}),
+        "sysctls": {s: (Path("/proc/sys") / s).read_text().strip() for s in sysctls},
+    }
 
 
 class PodsDriver(ClusterDriver):
@@ -193,7 +226,7 @@ def release(real_node: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     values.write_text(yaml.safe_dump(_image_values()))
     driver.values = [
         "-f",
-        str(ROOT / "k8s/kind-values.yaml"),
+        str(KIND_VALUES),
         "-f",
         str(values),
     ]

@@ -84,8 +84,9 @@ bud() {
   local name=$1 ref=$2 ctx=$3 file=$4; shift 4
   if have_image "$ref"; then record "$name" "$ref" cached; return 0; fi
   say "building $ref from $file"
-  local log="$OUT/logs/$name.log" mounts=()
+  local log="$OUT/logs/$name.log" mounts=() before
   mapfile -t mounts < <(build_mounts)
+  before="$(buildah containers --format '{{.ContainerID}}' 2>/dev/null | sort)"
   if ! "${NICE[@]}" buildah bud --layers --network host --format oci "${mounts[@]}" \
     -f "$file" -t "$ref" "$@" "$ctx" >"$log" 2>&1; then
     # The failing instruction is the last "STEP n/m: ..." buildah printed.
@@ -93,7 +94,19 @@ bud() {
     tail -n 30 "$log" >&2
     die "see $log"
   fi
+  drop_stage_containers "$before"
   record "$name" "$ref" built
+}
+
+# drop_stage_containers BEFORE: buildah 1.28 leaves behind, mounted, the working container of a
+# stage that is only copied from (`FROM $UV_IMAGE AS uv`): remove those this build made.
+drop_stage_containers() {
+  local id image
+  while read -r id image; do
+    grep -qxF "$id" <<<"$1" && continue
+    [ "$image" = "${UV_REF:-}" ] && buildah rm "$id" >/dev/null
+  done < <(buildah containers --format '{{.ContainerID}} {{.ImageName}}' 2>/dev/null)
+  return 0
 }
 
 # ---- base images ------------------------------------------------------------------------------

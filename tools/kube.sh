@@ -13,7 +13,9 @@
 #                            hostPath PVs, the images of tools/images.sh (see tools/node.sh).
 #                            Needs root; one per machine. The API server then listens on the
 #                            node's bridge address (PDFQUEUE_NODE_IP, 10.244.0.1), not 127.0.0.1.
-#   tools/kube.sh node-check DIR   exit 0 if a real node can start here, else say why
+#   tools/kube.sh node-check DIR   exit 0 if a real node can start here (installing the Debian
+#                            packages it needs); else say why: exit 3 if this machine cannot run
+#                            containers (not root, no cgroups...), 1 if a step failed
 #   tools/kube.sh down DIR   stop everything started for DIR (state is kept)
 #   tools/kube.sh env DIR    print `export` lines (KUBECONFIG, PATH)
 #

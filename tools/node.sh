@@ -27,6 +27,10 @@ OWNER_FILE=/run/pdfqueue-real-node.owner
 CNI_BIN="${PDFQUEUE_CNI_BIN:-/usr/lib/cni}"
 
 node_die() { die "real node: $*"; }
+# node_cannot: this machine cannot run containers at all (the pod tests skip, exit 3), unlike
+# node_die, a failure on a machine that can (the pod tests fail).
+NODE_CANNOT=3
+node_cannot() { echo "kube: real node: $*" >&2; exit "$NODE_CANNOT"; }
 
 # ---- prerequisites: say which one failed ---------------------------------------------------------
 node_need() { # TOOL PACKAGE
@@ -42,15 +46,28 @@ node_packages() {
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
-  command -v apt-get >/dev/null || node_die "missing Debian packages: ${missing[*]} (no apt-get here)"
+  command -v apt-get >/dev/null || node_cannot "missing Debian packages: ${missing[*]} (no apt-get here)"
   say "installing Debian packages: ${missing[*]}"
+  # A fresh machine's package lists may be empty or stale: read them first.
+  apt-get update -qq -o DPkg::Lock::Timeout=600 >&2 || node_die "apt-get update failed"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
     --no-install-recommends "${missing[@]}" >&2 ||
     node_die "apt-get install ${missing[*]} failed"
 }
 
+# node_module MODULE: load a kernel module if modprobe can (quietly: the caller says what failed).
+node_module() { command -v modprobe >/dev/null && modprobe "$1" 2>/dev/null; return 0; }
+
 node_prereqs() {
-  [ "$(id -u)" = 0 ] || node_die "needs root (containerd, runc, network namespaces, iptables)"
+  [ "$(id -u)" = 0 ] || node_cannot "needs root (containerd, runc, network namespaces, iptables)"
+  [ -d /sys/fs/cgroup/memory ] || [ -f /sys/fs/cgroup/cgroup.controllers ] ||
+    node_cannot "no memory cgroup (neither a cgroups v1 'memory' hierarchy nor cgroups v2) under /sys/fs/cgroup"
+  grep -qw overlay /proc/filesystems || node_module overlay
+  grep -qw overlay /proc/filesystems || node_cannot "kernel has no overlay filesystem (module 'overlay')"
+  [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || node_module br_netfilter
+  [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] ||
+    node_cannot "sysctl net.bridge.bridge-nf-call-iptables missing: load the kernel module 'br_netfilter'"
+  [ -w /proc/sys/net/ipv4/ip_forward ] || node_cannot "sysctl net.ipv4.ip_forward is not writable"
   command -v dpkg-query >/dev/null && node_packages
   node_need containerd containerd
   node_need ctr containerd
@@ -63,16 +80,10 @@ node_prereqs() {
   for p in bridge host-local loopback; do
     [ -x "$CNI_BIN/$p" ] || node_die "CNI plugin $CNI_BIN/$p missing: install the Debian package 'containernetworking-plugins'"
   done
-  [ -d /sys/fs/cgroup/memory ] || [ -f /sys/fs/cgroup/cgroup.controllers ] ||
-    node_die "no memory cgroup (neither a cgroups v1 'memory' hierarchy nor cgroups v2) under /sys/fs/cgroup"
-  grep -qw overlay /proc/filesystems || node_die "kernel has no overlay filesystem (module 'overlay')"
-  [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] ||
-    node_die "sysctl net.bridge.bridge-nf-call-iptables missing: load the kernel module 'br_netfilter'"
-  [ -w /proc/sys/net/ipv4/ip_forward ] || node_die "sysctl net.ipv4.ip_forward is not writable"
   if [ -f "$OWNER_FILE" ] && [ "$(cat "$OWNER_FILE")" != "$DIR" ]; then
     local other; other="$(cat "$OWNER_FILE")"
     if pid_alive "$other/run/kubelet.pid" || pid_alive "$other/run/containerd.pid"; then
-      node_die "another real node runs on this machine (state $other): stop it with tools/kube.sh down $other"
+      node_cannot "another real node runs on this machine (state $other): stop it with tools/kube.sh down $other"
     fi
   fi
 }
