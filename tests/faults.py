@@ -17,12 +17,11 @@ from typing import Any
 
 import asyncpg
 
-from pdfqueue.batches import register_batch
 from pdfqueue.db import Database, connect
+from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.models import COUNTERS
 from pdfqueue.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
 from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 
 ROOT = Path(__file__).parents[1]
@@ -171,11 +170,7 @@ async def prepare(env: dict[str, str], n: int, seed: int, logs: Path) -> Run:
     from redis.asyncio import Redis
 
     redis = Redis.from_url(settings.redis_url)
-    await register_batch(
-        Database(pool, settings.users_table),
-        BatchState(redis, settings.batch_ttl_s),
-        redis,
-        settings.queue_name,
+    await Lifecycle.of(Database(pool, settings.users_table), redis, settings).register(
         batch_id=run.batch_id,
         tenant="faults",
         source_key=f"uploads/{run.batch_id}.zip",

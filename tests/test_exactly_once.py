@@ -49,7 +49,7 @@ async def test_outcome_is_counted_once(redis: Redis, settings: Settings) -> None
     # one call, several files: the repeat is not counted, the last file completes the batch
     codes, final = await state.record(batch, [(0, Outcome.FAILED), (1, Outcome.SKIPPED_NO_MATCH)])
     assert (codes, final) == ([Recorded.DUPLICATE, Recorded.COMPLETED_BATCH], "COMPLETED")
-    summary, _ = await state.read(batch)  # type: ignore[misc]
+    summary = (await state.read(batch)).summary  # type: ignore[union-attr]
     assert (summary.processed, summary.linked, summary.failed, summary.skipped_no_match) == (
         2,
         1,

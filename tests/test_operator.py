@@ -16,10 +16,9 @@ from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
 from pdfqueue import keys
-from pdfqueue.batches import read_batch
 from pdfqueue.db import Database, connect
+from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 
 pytestmark = pytest.mark.kube
@@ -57,9 +56,9 @@ def accepted(status: dict[str, Any], obj: dict[str, Any]) -> bool:
 async def summary_of(settings: Settings, redis: Redis, batch_id: str) -> Any:
     pool = await connect(settings.database_url, max_size=1)
     try:
-        return await read_batch(
-            Database(pool, settings.users_table), BatchState(redis, 60), batch_id
-        )
+        lifecycle = Lifecycle.of(Database(pool, settings.users_table), redis, settings)
+        found = await lifecycle.read(batch_id)
+        return found.summary if found is not None else None
     finally:
         await pool.close()
 

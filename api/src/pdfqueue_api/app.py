@@ -15,7 +15,6 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
-from starlette.requests import ClientDisconnect
 
 from pdfqueue import metrics
 from pdfqueue.advice import ADVICE
@@ -23,17 +22,14 @@ from pdfqueue.csvsafe import csv_line
 from pdfqueue.db import Database, connect
 from pdfqueue.errors import (
     ArchiveTooLarge,
-    BatchNotFound,
-    DirectoryTooLarge,
-    InvalidBatchId,
-    InvalidCursor,
-    NotAZipArchive,
     PdfQueueError,
-    QuotaExceeded,
     ServiceUnavailable,
+    UnsupportedMediaType,
+    UploadAborted,
 )
 from pdfqueue.gauges import QueueGauges
 from pdfqueue.keys import BATCH_ID_PATTERN
+from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.models import (
     TERMINAL,
     BatchPage,
@@ -46,7 +42,6 @@ from pdfqueue.models import (
 )
 from pdfqueue.queue import check_durability
 from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue_api.auth import require_tenant
 from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, event_id
@@ -54,7 +49,7 @@ from pdfqueue_api.headers import SecurityHeadersMiddleware
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
 from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S, BatchService
-from pdfqueue_api.upload import ZIP_TYPES, FormFileReader, UnsupportedMediaType
+from pdfqueue_api.upload import ZIP_TYPES, FormFileReader
 
 log = logging.getLogger(__name__)
 Tenant = Annotated[str, Depends(require_tenant)]
@@ -134,13 +129,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         storage = Storage.from_settings(settings, threads=16)
         publisher = kube_publisher(settings)
         app.state.settings = settings
+        db = Database(pool, settings.users_table)
         app.state.service = BatchService(
-            settings,
-            redis,
-            BatchState(redis, settings.batch_ttl_s),
-            Database(pool, settings.users_table),
-            storage,
-            publisher,
+            settings, redis, Lifecycle.of(db, redis, settings), db, storage, publisher
         )
         gauges = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
         gauges.start()
@@ -336,7 +327,7 @@ def _add_routes(app: FastAPI) -> None:
     async def readyz(service: Service) -> JSONResponse:
         """ok/error per dependency; anyone may ask, so the why goes to the log only."""
         checks = {
-            "redis": service.redis.ping(),
+            "redis": service.lifecycle.ping(),
             "postgresql": service.db.check(),
             "storage": service.storage.check(),
         }
@@ -431,33 +422,14 @@ async def _csv(first: FileResult | None, rest: AsyncIterator[FileResult]) -> Asy
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    def problem(code: int, message: str) -> JSONResponse:
-        return JSONResponse({"detail": message}, status_code=code)
-
-    by_type: list[tuple[type[Exception], int]] = [
-        (InvalidCursor, 400),
-        (BatchNotFound, 404),
-        (ArchiveTooLarge, 413),
-        (DirectoryTooLarge, 413),
-        (UnsupportedMediaType, 415),
-        (NotAZipArchive, 422),
-        (InvalidBatchId, 422),
-        (ServiceUnavailable, 503),
-    ]
-    for exc_type, code in by_type:
-        app.add_exception_handler(exc_type, lambda _r, e, code=code: problem(code, str(e)))
-
-    @app.exception_handler(QuotaExceeded)
-    async def over_quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
-        response = problem(429, str(exc))
-        response.headers["Retry-After"] = str(exc.retry_after_s)
-        return response
-
-    @app.exception_handler(ClientDisconnect)
-    async def disconnected(_request: Request, _exc: ClientDisconnect) -> Response:
-        log.info("client disconnected mid-upload; the partial upload was removed")
-        return Response(status_code=499)
-
     @app.exception_handler(PdfQueueError)
-    async def other(_request: Request, exc: PdfQueueError) -> JSONResponse:
-        return problem(400, str(exc))
+    async def problem(_request: Request, exc: PdfQueueError) -> Response:
+        """Every error of ours answers its own status, with its own headers."""
+        if isinstance(exc, UploadAborted):
+            log.info("client disconnected mid-upload; the partial upload was removed")
+            return Response(status_code=exc.http_status)
+        if exc.http_status >= 500:
+            log.warning("answering %d: %r", exc.http_status, exc, exc_info=exc.__cause__)
+        return JSONResponse(
+            {"detail": exc.public_detail()}, status_code=exc.http_status, headers=exc.headers()
+        )

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from pdfqueue.errors import ArchiveTooLarge, NotAZipArchive
+from pdfqueue.errors import ArchiveTooLarge, NotAZipArchive, UnsupportedMediaType
 from pdfqueue.storage import Storage
 from pdfqueue.zipdir import DirectoryLimits, count_entries
 
@@ -28,10 +28,6 @@ def display_name(raw: str | None) -> str | None:
     last = raw.replace("\\", "/").rsplit("/", maxsplit=1)[-1]
     kept = "".join(c for c in last if not unicodedata.category(c).startswith("C"))
     return kept.strip()[:MAX_NAME_CHARS].strip() or None
-
-
-class UnsupportedMediaType(Exception):
-    """The body is neither multipart/form-data nor a raw ZIP."""
 
 
 class FormFileReader:

@@ -9,11 +9,13 @@ from typing import Any
 
 import httpx
 
+from pdfqueue.errors import PdfQueueError, PermanentError
+
 CHUNK = 1024 * 1024
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 
-class ApiError(Exception):
+class ApiError(PdfQueueError):
     """The API (or whatever answered at the URL) refused a request; `str()` says it in words."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -22,7 +24,7 @@ class ApiError(Exception):
         self.detail = message
 
 
-class NotAZip(Exception):
+class NotAZip(PermanentError):
     """The file to upload is missing or is not a ZIP: refused before anything is sent."""
 
 

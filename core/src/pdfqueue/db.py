@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from importlib import resources
 from typing import Any
 
 import asyncpg
 
+from pdfqueue.drivers import postgres_errors, typed_call, typed_methods
 from pdfqueue.models import (
     COUNTERS,
     BatchStatus,
     BatchSummary,
+    Decision,
     FileQuery,
     FileRef,
     FileResult,
@@ -29,6 +31,7 @@ def quote_ident(name: str) -> str:
     return ".".join(f'"{part}"' for part in name.split("."))
 
 
+@typed_call(postgres_errors)
 async def connect(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     pool: asyncpg.Pool = await asyncpg.create_pool(
         dsn,
@@ -51,6 +54,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """
 
 
+@typed_call(postgres_errors)
 async def migrate(conn: asyncpg.Connection) -> list[str]:
     """Apply the bundled migrations not yet recorded, in order; returns those applied."""
     folder = resources.files("pdfqueue").joinpath("migrations")
@@ -78,6 +82,7 @@ class UserRow:
     pdf_url: str | None
 
 
+@typed_methods(postgres_errors)
 @dataclass(frozen=True)
 class Database:
     """Queries over one pool; `users_table` is the host application's table.
@@ -191,16 +196,17 @@ class Database:
     async def delete_batch(self, batch_id: str) -> None:
         await self.pool.execute("DELETE FROM pdfqueue_batches WHERE id = $1", batch_id)
 
-    async def batch(self, batch_id: str) -> tuple[BatchSummary, str, str] | None:
-        """(summary, tenant, source key); counters come from the per-file rows until final."""
+    async def batch(self, batch_id: str) -> BatchRow | None:
+        """The batch's row; counters come from the per-file rows until final."""
         row = await self.pool.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", batch_id)
         if row is None:
             return None
-        summary = _summary(row)
-        if summary.status not in {BatchStatus.COMPLETED, BatchStatus.FAILED}:
-            counts = await self.outcome_counts(batch_id)
-            summary = summary.model_copy(update={**counts, "processed": sum(counts.values())})
-        return summary, row["tenant"], row["source_key"]
+        found = _batch_row(row)
+        if found.summary.status in {BatchStatus.COMPLETED, BatchStatus.FAILED}:
+            return found
+        counts = await self.outcome_counts(batch_id)
+        update = {**counts, "processed": sum(counts.values())}
+        return replace(found, summary=found.summary.model_copy(update=update))
 
     async def start_batch(self, batch_id: str, total_files: int, ignored: int) -> None:
         await self.pool.execute(
@@ -257,8 +263,8 @@ class Database:
         )
 
     async def record_files(
-        self, batch_id: str, rows: Sequence[FileRow]
-    ) -> dict[int, tuple[Outcome, str | None]]:
+        self, batch_id: str, rows: Mapping[FileRef, Decision]
+    ) -> dict[int, Decision]:
         """Store each file's outcome once, in one statement; returns what is stored for each.
 
         A retry gets back what the first try stored. A row that a concurrent delivery
@@ -269,22 +275,20 @@ class Database:
         found = await self.pool.fetch(
             _RECORD_MANY,
             batch_id,
-            [r.ref.index for r in rows],
-            [r.ref.name for r in rows],
-            [r.outcome.value for r in rows],
-            [r.reason for r in rows],
-            [r.user_id for r in rows],
-            [r.sha256 for r in rows],
+            [ref.index for ref in rows],
+            [ref.name for ref in rows],
+            [d.outcome.value for d in rows.values()],
+            [d.reason for d in rows.values()],
+            [d.user_id for d in rows.values()],
+            [d.sha256 for d in rows.values()],
         )
-        stored = {f["idx"]: (Outcome(f["outcome"]), f["reason"]) for f in found}
-        if missing := [r.ref.index for r in rows if r.ref.index not in stored]:
+        stored = {f["idx"]: _decision(f) for f in found}
+        if missing := [ref.index for ref in rows if ref.index not in stored]:
             for f in await self.pool.fetch(_READ_FILES, batch_id, missing):
-                stored[f["idx"]] = (Outcome(f["outcome"]), f["reason"])
+                stored[f["idx"]] = _decision(f)
         return stored
 
-    async def claim(
-        self, ref: FileRef, *, user_id: int, object_key: str, sha256: str
-    ) -> tuple[Outcome, str | None]:
+    async def claim(self, ref: FileRef, *, user_id: int, object_key: str, sha256: str) -> Decision:
         """Link the user to the object only if nobody has, and record the file: one statement.
 
         The user's row is locked first, so racing workers decide on its committed value:
@@ -302,7 +306,8 @@ class Database:
         )
         if row is None:  # a second delivery committed this file's row after our snapshot
             row = await self.pool.fetchrow(_READ_FILES, ref.batch_id, [ref.index])
-        return Outcome(row["outcome"]), row["reason"]
+        outcome = Outcome(row["outcome"])
+        return Decision(outcome, row["reason"], user_id, sha256, stored=True)
 
     async def files(self, batch_id: str, *, after: int = -1, limit: int = 1000) -> list[FileResult]:
         rows = await self.pool.fetch(
@@ -374,15 +379,9 @@ def _batch_row(row: Any) -> BatchRow:
     return BatchRow(_summary(row), row["tenant"], row["source_key"], row["pdfbatch_uid"])
 
 
-@dataclass(frozen=True)
-class FileRow:
-    """One file's outcome as the worker decided it, before it is stored."""
-
-    ref: FileRef
-    outcome: Outcome
-    reason: str | None = None
-    user_id: int | None = None
-    sha256: str | None = None
+def _decision(row: Any) -> Decision:
+    """The outcome and reason a file's row holds."""
+    return Decision(Outcome(row["outcome"]), row["reason"], stored=True)
 
 
 _RECORD_MANY = """

@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 
 from pdfqueue import keys
 from pdfqueue.background import cancel_and_wait
+from pdfqueue.drivers import redis_errors, typed_call, typed_methods
 from pdfqueue.queue import JOB_EXPIRES_MS, Job, encoded
 from pdfqueue.settings import Settings
 
@@ -60,6 +61,7 @@ class Worker:
     lease_s: float
 
 
+@typed_methods(redis_errors)
 @dataclass(frozen=True)
 class Dispatcher:
     """The fair-dispatch windows and weights of one queue."""
@@ -156,12 +158,14 @@ class Dispatcher:
             await asyncio.sleep(interval_s)
 
 
+@typed_call(redis_errors)
 async def pending_jobs(redis: Redis, queue_name: str) -> int:
     """Jobs registered and not yet released into the queue, over every tenant and batch."""
     total: int = await redis.eval(_PENDING, 0, keys.fair_prefix(queue_name))  # type: ignore[misc]
     return total
 
 
+@typed_call(redis_errors)
 async def drop_pending(redis: Redis, queue_name: str, batch_id: str) -> int:
     """Forget the batch's pending work (cancellation); returns how many jobs were dropped."""
     prefix = keys.fair_prefix(queue_name)

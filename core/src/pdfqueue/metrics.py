@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.registry import Collector
 
+from pdfqueue.errors import transient_reasons
 from pdfqueue.models import BatchStatus, Outcome
 
 log = logging.getLogger(__name__)
@@ -24,14 +25,7 @@ STAGES = ("read", "extract", "match", "store", "claim", "record")
 """Steps of one `process` job, in order; each is a span and a histogram series."""
 JOB_FUNCTIONS = ("ingest", "process")
 JOB_RESULTS = ("success", "retry", "error", "cancelled")
-RETRY_REASONS = (
-    "storage_unavailable",
-    "database_unavailable",
-    "database_schema_error",
-    "redis_unavailable",
-    "network_error",
-    "internal_error",
-)
+RETRY_REASONS = transient_reasons()
 """What `pdfqueue.errors.transient_reason` returns; listed so their series exist at 0."""
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)

@@ -42,6 +42,22 @@ class FileRef:
     name: str
 
 
+@dataclass(frozen=True)
+class Decision:
+    """One file's outcome as processing decided it, before (or as) it is stored."""
+
+    outcome: Outcome
+    reason: str | None = None
+    user_id: int | None = None
+    sha256: str | None = None
+    stored: bool = False
+    """The claim already wrote the durable row (in the same statement as the UPDATE)."""
+
+
+def failed(reason: str) -> Decision:
+    return Decision(Outcome.FAILED, reason)
+
+
 class BatchSummary(BaseModel):
     """The public status of a batch (`GET /v1/batches/{id}`)."""
 
@@ -68,6 +84,14 @@ class BatchSummary(BaseModel):
         if self.completed_at is None:
             return None
         return round((self.completed_at - self.created_at).total_seconds(), 3)
+
+
+@dataclass(frozen=True)
+class OwnedBatch:
+    """A batch's summary and the tenant it belongs to (bound once, never from user input)."""
+
+    summary: BatchSummary
+    tenant: str
 
 
 class BatchPage(BaseModel):

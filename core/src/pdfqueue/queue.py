@@ -14,6 +14,7 @@ from arq.constants import job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
 from redis.asyncio import Redis
 
+from pdfqueue.drivers import redis_errors, typed_call
 from pdfqueue.tracing import producer_span
 
 JOB_EXPIRES_MS = 7 * 24 * 3600 * 1000
@@ -44,6 +45,7 @@ class Job:
     """What the job weighs in fair dispatch: the PDFs it handles."""
 
 
+@typed_call(redis_errors)
 async def enqueue(redis: Redis, queue_name: str, jobs: Sequence[Job]) -> int:
     """Add `jobs` to the queue in one round trip; returns how many were new.
 
@@ -87,6 +89,7 @@ async def enqueue_chunked(redis: Redis, queue_name: str, jobs: Iterable[Job], ch
     return added
 
 
+@typed_call(redis_errors)
 async def remove(redis: Redis, queue_name: str, job_ids: Sequence[str]) -> int:
     """Drop queued jobs that have not started (cancellation); running ones are unaffected."""
     if not job_ids:
@@ -98,6 +101,7 @@ async def remove(redis: Redis, queue_name: str, job_ids: Sequence[str]) -> int:
     return int(removed)
 
 
+@typed_call(redis_errors)
 async def queued_with_prefix(
     redis: Redis, queue_name: str, prefix: str, count: int = 1000
 ) -> list[str]:

@@ -13,12 +13,11 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, TypeVar, cast
 
-from asyncpg import InterfaceError, PostgresError
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from pdfqueue import keys
 from pdfqueue.db import Database
+from pdfqueue.drivers import redis_errors
 from pdfqueue.errors import QuotaExceeded, ServiceUnavailable
 from pdfqueue.settings import Quota, Settings
 
@@ -158,21 +157,21 @@ class Admission:
 
     async def accepted(self) -> None:
         """The upload is a batch now, and its row counts: drop its ticket."""
-        await _bounded("redis", self.quotas.redis.zrem(self.inflight_key, self.ticket))
+        await _redis(self.quotas.redis.zrem(self.inflight_key, self.ticket))
 
     async def abandoned(self) -> None:
         """The upload failed: free its slot now; its try and every byte it sent stay counted
         (a client that hangs up just before each MiB must not stream for free)."""
         with contextlib.suppress(QuotaExceeded):
             await self._count()
-        await _bounded("redis", self.quotas.redis.zrem(self.inflight_key, self.ticket))
+        await _redis(self.quotas.redis.zrem(self.inflight_key, self.ticket))
 
     async def withdrawn(self) -> None:
         """Refused after all: undo everything the admission took."""
         async with self.quotas.redis.pipeline(transaction=True) as pipe:
             pipe.zrem(self.inflight_key, self.ticket)
             pipe.zrem(self.uploads_key, self.ticket)
-            await _bounded("redis", pipe.execute())
+            await _redis(pipe.execute())
 
 
 def _seconds_left_in_day(now: datetime) -> int:
@@ -184,15 +183,21 @@ def _seconds_left_in_day(now: datetime) -> int:
 async def _script(redis: Redis, script: str, names: list[str], *args: object) -> Any:
     """Run a Lua script on `names` (its KEYS) with `args` (its ARGV), within the deadline."""
     reply = redis.eval(script, len(names), *names, *map(str, args))
-    return await _bounded("redis", cast(Awaitable[Any], reply))
+    return await _redis(cast(Awaitable[Any], reply))
+
+
+async def _redis(awaitable: Awaitable[T]) -> T:
+    """A Redis step of a quota, bounded like every other (503 either way: fail closed)."""
+    with redis_errors():
+        return await _bounded("redis", awaitable)
 
 
 async def _bounded(service: str, awaitable: Awaitable[T]) -> T:
     """A quota step within DEPENDENCY_TIMEOUT_S, or ServiceUnavailable (503): fail closed."""
     try:
         return await asyncio.wait_for(awaitable, DEPENDENCY_TIMEOUT_S)
-    except (TimeoutError, OSError, RedisError, PostgresError, InterfaceError) as exc:
-        raise ServiceUnavailable(service, repr(exc)) from exc
+    except TimeoutError as exc:
+        raise ServiceUnavailable(service, f"no answer within {DEPENDENCY_TIMEOUT_S:g} s") from exc
 
 
 def _text(value: bytes | str) -> str:

@@ -12,7 +12,8 @@ from typing import cast
 from redis.asyncio import Redis
 
 from pdfqueue import keys
-from pdfqueue.models import COUNTERS, TERMINAL, BatchStatus, BatchSummary, Outcome
+from pdfqueue.drivers import redis_errors, typed_methods
+from pdfqueue.models import COUNTERS, TERMINAL, BatchStatus, BatchSummary, Outcome, OwnedBatch
 
 
 def _lua(name: str) -> str:
@@ -37,12 +38,16 @@ class Recorded(IntEnum):
     """This file was the last one: the batch is now COMPLETED."""
 
 
+@typed_methods(redis_errors)
 @dataclass(frozen=True)
 class BatchState:
     """Operations on one Redis; every write refreshes the batch's TTL."""
 
     redis: Redis
     ttl_s: int
+
+    async def ping(self) -> None:
+        await self.redis.ping()
 
     async def create(
         self, batch_id: str, tenant: str, created_at: datetime, file_name: str | None = None
@@ -65,6 +70,10 @@ class BatchState:
             pipe.expire(key, self.ttl_s)
             await pipe.execute()
         return True
+
+    async def delete(self, batch_id: str) -> None:
+        """Forget the live state (an upload that never became a batch)."""
+        await self.redis.delete(keys.batch(batch_id), keys.outcomes(batch_id))
 
     async def restore(self, summary: BatchSummary, tenant: str, outcomes: dict[int, str]) -> None:
         """Rebuild expired live state from the durable record (a batch that outlived its TTL)."""
@@ -152,7 +161,7 @@ class BatchState:
         raw = await cast(Awaitable[bytes | None], self.redis.hget(keys.batch(batch_id), "status"))
         return BatchStatus(_text(raw)) if raw else None
 
-    async def read(self, batch_id: str) -> tuple[BatchSummary, str] | None:
+    async def read(self, batch_id: str) -> OwnedBatch | None:
         """The live summary and its tenant, or None once the live state has expired."""
         raw = await cast(Awaitable[dict[bytes, bytes]], self.redis.hgetall(keys.batch(batch_id)))
         if not raw:
@@ -170,7 +179,7 @@ class BatchState:
             file_name=h.get("file_name"),
             **{c: int(h.get(c, 0)) for c in COUNTERS},
         )
-        return summary, h.get("tenant", "")
+        return OwnedBatch(summary, h.get("tenant", ""))
 
 
 def _text(value: bytes | str) -> str:

@@ -19,8 +19,8 @@ from redis.asyncio import Redis
 
 from pdfqueue import metrics
 from pdfqueue.db import Database, connect
+from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue_operator import kube
 from pdfqueue_operator.autoscaler import Autoscaler, Key, WorkerDeployment
@@ -94,7 +94,7 @@ class Operator:
             settings,
             redis,
             db,
-            BatchState(redis, settings.batch_ttl_s),
+            Lifecycle.of(db, redis, settings),
             storage,
             client,
             own_namespace=kube.own_namespace(),

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import asyncpg
 from arq import Worker, func
 from arq.connections import RedisSettings
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -16,11 +15,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pdfqueue import metrics
 from pdfqueue.db import Database, connect
+from pdfqueue.errors import DatabaseSchemaError, DatabaseUnavailable
 from pdfqueue.fair import Dispatcher, Ticker
 from pdfqueue.gauges import QueueGauges
+from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.queue import check_durability, deserialize, serialize
 from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
 from pdfqueue.storage import Storage
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deps import Deps
@@ -45,11 +45,12 @@ async def startup(ctx: dict[str, Any]) -> None:
         raise RuntimeError(msg)
     # A job claims its PDFs concurrently: connections and S3 requests scale with it.
     pool = await connect(settings.database_url, max_size=settings.worker_max_jobs + 4)
+    db = Database(pool, settings.users_table, settings.users_tenant_column)
     ctx["deps"] = Deps(
         settings=settings,
         redis=redis,
-        state=BatchState(redis, settings.batch_ttl_s),
-        db=Database(pool, settings.users_table, settings.users_tenant_column),
+        lifecycle=Lifecycle.of(db, redis, settings),
+        db=db,
         storage=Storage.from_settings(settings, threads=STORAGE_CONNECTIONS),
         extractor=Extractor(
             processes=settings.extract_processes,
@@ -62,7 +63,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     )
     try:
         await ctx["deps"].db.check_users_table()
-    except asyncpg.PostgresError as exc:
+    except (DatabaseSchemaError, DatabaseUnavailable) as exc:
         log.error(  # loud, but no crash loop: the host application may create it later
             "PDFQUEUE_USERS_TABLE %r cannot be read (%s): PDFs will be retried and then fail"
             " with database_schema_error until it has columns id, email and pdf_url"

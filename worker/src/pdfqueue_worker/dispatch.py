@@ -21,8 +21,8 @@ async def submit(deps: Deps, batch_id: str, jobs: Iterable[Job]) -> int:
     settings = deps.settings
     if not settings.dispatch_fair:
         return await enqueue_chunked(deps.redis, settings.queue_name, jobs, settings.enqueue_chunk)
-    live = await deps.state.read(batch_id)
-    tenant = live[1] if live is not None else ""
+    found = await deps.lifecycle.read(batch_id)
+    tenant = found.tenant if found is not None else ""
     dispatcher = Dispatcher.from_settings(deps.redis, settings)
     added = await dispatcher.register(batch_id, tenant, jobs, settings.enqueue_chunk)
     await dispatcher.dispatch()

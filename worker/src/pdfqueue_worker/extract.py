@@ -21,6 +21,7 @@ from pebble import ProcessExpired, ProcessPool
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
+from pdfqueue.errors import PermanentError
 from pdfqueue_worker.emails import DEFAULT_MAX_PAGE_CHARS, find_emails
 from pdfqueue_worker.payload import Packed, Uninflatable, inflate
 
@@ -39,7 +40,7 @@ _AT = re.compile("[@\ufe6b\uff20]")
 _LOCKED = (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY)
 
 
-class Unreadable(Exception):
+class Unreadable(PermanentError):
     """This PDF cannot be read; `reason` is the per-file reason in the report."""
 
     def __init__(self, reason: str, detail: str = "") -> None:

@@ -1,7 +1,8 @@
 """A member's compressed bytes, cut from a job's ranged read, and their inflation anywhere.
 
 Parsing processes import this (the forkserver preloads it): it must stay light, so it uses
-the standard library only and never imports `archive` (which pulls in the S3 client).
+the standard library and `pdfqueue.errors` (no driver) only, and never imports `archive`
+(which pulls in the S3 client).
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import zipfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pdfqueue.errors import PermanentError
+
 if TYPE_CHECKING:
     from pdfqueue_worker.archive import Member
 
 _HEADER = struct.Struct(zipfile.structFileHeader)
 
 
-class Uninflatable(Exception):
+class Uninflatable(PermanentError):
     """This member cannot be inflated; `reason` is the per-file reason in the report."""
 
     def __init__(self, reason: str, detail: str) -> None:
