@@ -26,7 +26,7 @@ from typing import Any
 
 from pebble import ProcessExpired
 
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 from pdfqueue_worker.extract import ENGINES, Extractor, Result, death_reason
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -32,12 +32,12 @@ from redis.asyncio import Redis as AsyncRedis
 from bench import stores
 from bench.pipeline import Bench
 from bench.procs import Sampler
-from pdfqueue import keys
-from pdfqueue.db import Database, connect
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.queue import Job, enqueue_chunked
-from pdfqueue.settings import Settings
-from pdfqueue.state import utcnow
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.queue import Job, enqueue_chunked
+from pdfqueue.stores.state import utcnow
 from pdfqueue_worker.app import build_worker
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extraction

@@ -18,7 +18,7 @@ import uvicorn
 import websockets
 from fastapi import FastAPI
 
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 
 ROOT = Path(__file__).parents[1]
 RECORD_VIOLATIONS = """

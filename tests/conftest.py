@@ -16,10 +16,10 @@ import pytest
 from helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 from redis.asyncio import Redis
 
-from pdfqueue.db import connect, migrate
+from pdfqueue.domain.settings import Settings
 from pdfqueue.samples import Corpus, Mix, build_corpus, seed_users, write_zip
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.stores.db import connect, migrate
+from pdfqueue.stores.storage import Storage
 
 REQUIRED_ENV = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import asyncpg
 
-from pdfqueue.db import Database, connect
+from pdfqueue.domain.models import COUNTERS
+from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.models import COUNTERS
 from pdfqueue.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
 
 ROOT = Path(__file__).parents[1]
 SERVICES = ROOT / "tools" / "services.sh"
@@ -97,7 +97,7 @@ class Run:
     def start_worker(self) -> subprocess.Popen[bytes]:
         with (self.logs / f"worker-{len(self.workers)}.log").open("ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "pdfqueue.cli", "worker"],
+                [sys.executable, "-m", "pdfqueue.cli.main", "worker"],
                 env={**os.environ, **self.env},
                 stdout=log,
                 stderr=log,
@@ -185,7 +185,7 @@ async def check_invariants(run: Run) -> None:
     s = run.settings
     from redis.asyncio import Redis
 
-    from pdfqueue import keys
+    from pdfqueue.domain import keys
 
     conn = await asyncpg.connect(s.database_url)
     redis = Redis.from_url(s.redis_url)

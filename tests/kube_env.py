@@ -28,7 +28,7 @@ import pytest
 import yaml
 from kubefix import KubeCluster
 
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 
 ROOT = Path(__file__).parents[1]
 CONTEXT = "pdfqueue-test"
@@ -285,7 +285,7 @@ async def start_operator(
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "pdfqueue.cli",
+                "pdfqueue.cli.main",
                 "operator",
                 "--standalone",
                 f"--namespace={namespace}",

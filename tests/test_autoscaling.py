@@ -16,10 +16,10 @@ import pytest
 from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.fair import Dispatcher
-from pdfqueue.queue import Job
-from pdfqueue.settings import Settings
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.fair import Dispatcher
+from pdfqueue.stores.queue import Job
 
 pytestmark = pytest.mark.kube
 WORKER_LABELS = {"app.kubernetes.io/component": "worker", "app.kubernetes.io/part-of": "pdfqueue"}

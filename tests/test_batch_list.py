@@ -12,9 +12,9 @@ import httpx
 import pytest
 from helpers import GLOBEX, MakeCorpus, RunWorker
 
-from pdfqueue.db import _FILE_ORDER, _file_filters
-from pdfqueue.models import FileQuery
-from pdfqueue.settings import Settings
+from pdfqueue.domain.models import FileQuery
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.db import _FILE_ORDER, _file_filters
 
 SOLO_TOKEN = "solo-test-token-00112233445566778899aabbccdd"
 SOLO = {"Authorization": f"Bearer {SOLO_TOKEN}"}

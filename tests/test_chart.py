@@ -22,7 +22,7 @@ import yaml
 from chartfix import CHART, ROOT, VARIANTS, Rendered, helm, template, values_file
 from kubefix import KubeCluster
 
-from pdfqueue.settings import ARQ_TIMEOUT_MARGIN_S, Quota, Settings
+from pdfqueue.domain.settings import ARQ_TIMEOUT_MARGIN_S, Quota, Settings
 
 pytestmark = pytest.mark.skipif(not (CHART / "Chart.yaml").exists(), reason="no chart")
 

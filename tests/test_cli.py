@@ -13,7 +13,7 @@ import pytest
 from browser import free_port
 from helpers import ACME, ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 
-from pdfqueue.cli import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, build_parser, main
+from pdfqueue.cli.main import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, build_parser, main
 
 
 async def run(

@@ -33,7 +33,7 @@ import yaml
 from chartfix import CHART, HELM, KUBECTL, ROOT
 from e2e.scenario import ClusterDriver, _seed, run_scenario, wait_until
 
-from pdfqueue.models import TERMINAL
+from pdfqueue.domain.models import TERMINAL
 from pdfqueue.samples import build_corpus, write_zip
 
 pytestmark = [pytest.mark.pods, pytest.mark.timeout(2400)]

@@ -19,9 +19,9 @@ import pdfqueue
 import pdfqueue_api
 import pdfqueue_operator
 import pdfqueue_worker
-from pdfqueue import metrics
-from pdfqueue.errors import PdfQueueError, transient_reason, transient_reasons
-from pdfqueue.settings import Settings
+from pdfqueue.domain.errors import PdfQueueError, transient_reason, transient_reasons
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 CLOSED = "127.0.0.1:1"
@@ -110,7 +110,7 @@ def test_every_exception_the_project_defines_is_a_pdfqueue_error() -> None:
 
 
 def test_every_error_knows_its_http_status() -> None:
-    from pdfqueue import errors
+    from pdfqueue.domain import errors
 
     statuses = {
         name: cls.http_status

@@ -14,12 +14,12 @@ from arq.constants import job_key_prefix
 from helpers import ACME, MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.models import Outcome
-from pdfqueue.queue import Job, enqueue
+from pdfqueue.domain import keys
+from pdfqueue.domain.models import Outcome
+from pdfqueue.domain.settings import Settings
 from pdfqueue.samples import CLEAN
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState, Recorded, utcnow
+from pdfqueue.stores.queue import Job, enqueue
+from pdfqueue.stores.state import BatchState, Recorded, utcnow
 
 
 async def status(api: httpx.AsyncClient, batch_id: str) -> dict[str, Any]:
@@ -173,7 +173,7 @@ async def test_two_workers_racing_on_the_same_pdf_link_it_once(
     """Both deliveries of one job run at once (a stalled worker and its replacement)."""
     from arq.constants import job_key_prefix as jobs
 
-    from pdfqueue.queue import deserialize
+    from pdfqueue.stores.queue import deserialize
     from pdfqueue_worker.app import shutdown, startup
     from pdfqueue_worker.tasks import process
 

@@ -17,11 +17,11 @@ from helpers import GLOBEX, RunWorker, upload
 from kube_env import eventually
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.fair import Dispatcher, drop_pending, pending_jobs
-from pdfqueue.queue import Job
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
 from pdfqueue.samples import Mix, build_corpus, render_pdf, seed_users
-from pdfqueue.settings import Settings
+from pdfqueue.stores.fair import Dispatcher, drop_pending, pending_jobs
+from pdfqueue.stores.queue import Job
 
 NO_EMAIL = Mix(known=0, no_email=1.0, unknown_email=0, already_linked=0, corrupt=0, encrypted=0)
 

@@ -15,11 +15,11 @@ from helpers import ACME, MakeCorpus, RunWorker, upload
 from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.db import Database, connect
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
 
 pytestmark = pytest.mark.kube
 EXAMPLES = Path(__file__).parents[1] / "k8s" / "examples"

@@ -14,9 +14,9 @@ import httpx
 import pytest
 from helpers import GLOBEX, MakeCorpus, RunWorker, upload
 
+from pdfqueue.domain.settings import Settings
 from pdfqueue.samples import CLEAN, Expect, render_pdf
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.stores.storage import Storage
 
 
 async def wait_done(api: httpx.AsyncClient, batch_id: str) -> dict[str, object]:

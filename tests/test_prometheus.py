@@ -28,8 +28,8 @@ import pytest
 import yaml
 from helpers import ACME, MakeCorpus
 
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.storage import Storage
 
 ROOT = Path(__file__).parents[1]
 DASHBOARDS = ROOT / "charts/pdfqueue/dashboards"
@@ -43,7 +43,7 @@ GRAFANA_VARIABLES = {
 }
 OPERATOR_STAND_IN = """
 import sys, time
-from pdfqueue import metrics
+from pdfqueue.observability import metrics
 metrics.register("operator")
 metrics.operator_observed(desired=2, ready=1)
 metrics.operator_scaled(1, 2)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 from pdfqueue_api.auth import tenant_for
 
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import asyncpg
 import httpx
 
-from pdfqueue.models import TERMINAL
+from pdfqueue.domain.models import TERMINAL
 from pdfqueue.samples import SampleUser, build_corpus, seed_users, write_zip
 
 

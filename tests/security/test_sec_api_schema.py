@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.generation.modes import GenerationMode
 from schemathesis.python import asgi
 
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 
 EXAMPLES = 20
 """Examples per operation, mode and token: bounded, so the whole file stays within minutes."""

@@ -20,12 +20,12 @@ from helpers import GLOBEX, MakeCorpus, RunWorker, upload
 from kube_env import Cluster, StartOperator, eventually
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.db import Database, connect
-from pdfqueue.errors import BatchConflict, InvalidBatchId, SourceOutsideBucket, UnsafeSource
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import BatchConflict, InvalidBatchId, SourceOutsideBucket, UnsafeSource
+from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
 
 
 def pdfbatch(name: str, source: str, tenant: str | None = None, batch_id: str | None = None) -> Any:

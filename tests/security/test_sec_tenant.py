@@ -21,12 +21,12 @@ from arq.constants import result_key_prefix
 from helpers import GLOBEX, GLOBEX_TOKEN, MakeCorpus, RunWorker, upload
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.models import BatchStatus
-from pdfqueue.queue import Job, deserialize, enqueue, remove
+from pdfqueue.domain import keys
+from pdfqueue.domain.models import BatchStatus
+from pdfqueue.domain.settings import Settings
 from pdfqueue.samples import CLEAN, build_corpus, write_zip
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
+from pdfqueue.stores.queue import Job, deserialize, enqueue, remove
+from pdfqueue.stores.state import BatchState
 
 ZIP = {"Content-Type": "application/zip"}
 MiB = 1024**2

@@ -17,13 +17,13 @@ from fpdf import FPDF
 from helpers import RunWorker
 from redis.asyncio import Redis
 
-from pdfqueue.db import Database, connect
-from pdfqueue.errors import DirectoryTooLarge
+from pdfqueue.domain.errors import DirectoryTooLarge
+from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.samples import seed_users
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
-from pdfqueue.zipdir import DirectoryLimits, count_entries
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extract import Extractor
 

@@ -16,21 +16,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 
-from pdfqueue import metrics
-from pdfqueue.advice import ADVICE
-from pdfqueue.csvsafe import csv_line
-from pdfqueue.db import Database, connect
-from pdfqueue.errors import (
+from pdfqueue.domain.advice import ADVICE
+from pdfqueue.domain.csvsafe import csv_line
+from pdfqueue.domain.errors import (
     ArchiveTooLarge,
     PdfQueueError,
     ServiceUnavailable,
     UnsupportedMediaType,
     UploadAborted,
 )
-from pdfqueue.gauges import QueueGauges
-from pdfqueue.keys import BATCH_ID_PATTERN
-from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.models import (
+from pdfqueue.domain.keys import BATCH_ID_PATTERN
+from pdfqueue.domain.models import (
     TERMINAL,
     BatchPage,
     BatchSummary,
@@ -40,9 +36,13 @@ from pdfqueue.models import (
     FileSort,
     Outcome,
 )
-from pdfqueue.queue import check_durability
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.observability import metrics
+from pdfqueue.runtime.gauges import QueueGauges
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.queue import check_durability
+from pdfqueue.stores.storage import Storage
 from pdfqueue_api.auth import require_tenant
 from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, event_id
 from pdfqueue_api.headers import SecurityHeadersMiddleware

@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from pdfqueue.models import TERMINAL, BatchSummary
+from pdfqueue.domain.models import TERMINAL, BatchSummary
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 15.0

@@ -18,15 +18,22 @@ from typing import TypeVar
 from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
-from pdfqueue import tracing
-from pdfqueue.db import Database
-from pdfqueue.errors import InvalidCursor, ServiceUnavailable, UploadAborted
+from pdfqueue.domain.errors import InvalidCursor, ServiceUnavailable, UploadAborted
+from pdfqueue.domain.models import (
+    TERMINAL,
+    BatchPage,
+    BatchSummary,
+    FilePage,
+    FileQuery,
+    FileResult,
+)
+from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.models import TERMINAL, BatchPage, BatchSummary, FilePage, FileQuery, FileResult
-from pdfqueue.quotas import Admission, Quotas
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
-from pdfqueue.zipdir import DirectoryLimits
+from pdfqueue.observability import tracing
+from pdfqueue.stores.db import Database
+from pdfqueue.stores.quotas import Admission, Quotas
+from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.zipdir import DirectoryLimits
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.upload import display_name, store_upload
 

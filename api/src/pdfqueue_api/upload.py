@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from pdfqueue.errors import ArchiveTooLarge, NotAZipArchive, UnsupportedMediaType
-from pdfqueue.storage import Storage
-from pdfqueue.zipdir import DirectoryLimits, count_entries
+from pdfqueue.domain.errors import ArchiveTooLarge, NotAZipArchive, UnsupportedMediaType
+from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a first member, or an empty archive
 ZIP_TYPES = {"application/zip", "application/x-zip-compressed", "application/octet-stream"}

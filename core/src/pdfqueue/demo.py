@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import secrets
@@ -16,19 +17,35 @@ import asyncpg
 import httpx
 from rich.console import Console
 
-from pdfqueue.provision import provision
+from pdfqueue.domain.settings import Settings
+from pdfqueue.runtime.provision import provision
 from pdfqueue.samples import build_corpus, seed_users, write_zip
-from pdfqueue.settings import Settings
 
 console = Console(stderr=True)
 DEMO_TABLE = "demo_users"  # never the host's real users table: the demo truncates it
 STATE = Path(".pdfqueue/demo")
 
 
+def register(sub: Any) -> None:
+    """`pdfqueue demo`, a `pdfqueue.commands` plug-in: the CLI never imports the demo."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "demo", help="run the whole pipeline on generated résumés"
+    )
+    p.add_argument("--files", type=int, default=300)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--no-wait", action="store_true", help="exit when the batch is done")
+    p.set_defaults(run=_command)
+
+
+def _command(args: argparse.Namespace) -> int:
+    return run_demo(args.files, args.workers, args.port, wait=not args.no_wait)
+
+
 def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
     """Run the whole pipeline once; with `wait`, keep serving until Ctrl-C."""
-    from pdfqueue.cli import follow, print_summary  # the CLI's own progress display
-    from pdfqueue.client import Client
+    from pdfqueue.cli.client import Client
+    from pdfqueue.cli.main import follow, print_summary  # the CLI's own progress display
 
     env = {**os.environ, "PDFQUEUE_USERS_TABLE": DEMO_TABLE}
     settings = Settings(users_table=DEMO_TABLE)
@@ -87,7 +104,7 @@ async def _prepare(settings: Settings, files: int, zip_path: Path, *, generate: 
 def _spawn(args: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
     log = (STATE / f"{name}.log").open("wb")
     return subprocess.Popen(
-        [sys.executable, "-m", "pdfqueue.cli", *args], env=env, stdout=log, stderr=log
+        [sys.executable, "-m", "pdfqueue.cli.main", *args], env=env, stdout=log, stderr=log
     )
 
 

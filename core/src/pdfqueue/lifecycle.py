@@ -22,11 +22,9 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from pdfqueue import keys, metrics
-from pdfqueue.db import Database
-from pdfqueue.errors import BatchConflict, BatchNotFound
-from pdfqueue.fair import drop_pending
-from pdfqueue.models import (
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import BatchConflict, BatchNotFound
+from pdfqueue.domain.models import (
     TERMINAL,
     BatchStatus,
     BatchSummary,
@@ -34,9 +32,12 @@ from pdfqueue.models import (
     FileRef,
     OwnedBatch,
 )
-from pdfqueue.queue import Job, enqueue, queued_with_prefix, remove
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState, Recorded
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
+from pdfqueue.stores.db import Database
+from pdfqueue.stores.fair import drop_pending
+from pdfqueue.stores.queue import Job, enqueue, queued_with_prefix, remove
+from pdfqueue.stores.state import BatchState, Recorded
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from kubernetes.aio import client, config
 from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.config.config_exception import ConfigException
 
-from pdfqueue.pdfbatch import GROUP, PLURAL, VERSION
+from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION
 from pdfqueue_operator.model import ObjectRef
 
 log = logging.getLogger(__name__)

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.db import Database
-from pdfqueue.errors import ObjectNotFound
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import ObjectNotFound
+from pdfqueue.domain.models import TERMINAL, BatchSummary
+from pdfqueue.domain.pdfbatch import DEFAULT_TENANT
+from pdfqueue.domain.settings import Settings, valid_tenant
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.models import TERMINAL, BatchSummary
-from pdfqueue.pdfbatch import DEFAULT_TENANT
-from pdfqueue.settings import Settings, valid_tenant
-from pdfqueue.storage import Storage
+from pdfqueue.stores.db import Database
+from pdfqueue.stores.storage import Storage
 from pdfqueue_operator.errors import BatchNotAdoptable, SourceNotAllowed, TenantNotAllowed
 from pdfqueue_operator.kube import Kube
 from pdfqueue_operator.model import ObjectRef, PdfBatchObject

@@ -17,11 +17,11 @@ import asyncpg
 import kopf
 from redis.asyncio import Redis
 
-from pdfqueue import metrics
-from pdfqueue.db import Database, connect
+from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.observability import metrics
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
 from pdfqueue_operator import kube
 from pdfqueue_operator.autoscaler import Autoscaler, Key, WorkerDeployment
 from pdfqueue_operator.reconcile import BatchReconciler

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pdfqueue.errors import PermanentError
+from pdfqueue.domain.errors import PermanentError
 
 ANNOTATION_PREFIX = "pdfqueue.io/"
 DEFAULT_MAX_REPLICAS = 10

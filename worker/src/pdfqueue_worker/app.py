@@ -13,15 +13,15 @@ from arq.connections import RedisSettings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from pdfqueue import metrics
-from pdfqueue.db import Database, connect
-from pdfqueue.errors import DatabaseSchemaError, DatabaseUnavailable
-from pdfqueue.fair import Dispatcher, Ticker
-from pdfqueue.gauges import QueueGauges
+from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable
+from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.queue import check_durability, deserialize, serialize
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.observability import metrics
+from pdfqueue.runtime.gauges import QueueGauges
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.fair import Dispatcher, Ticker
+from pdfqueue.stores.queue import check_durability, deserialize, serialize
+from pdfqueue.stores.storage import Storage
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extractor

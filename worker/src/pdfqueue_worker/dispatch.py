@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from functools import wraps
 from typing import Any
 
-from pdfqueue.fair import Dispatcher
-from pdfqueue.queue import Job, enqueue_chunked
+from pdfqueue.stores.fair import Dispatcher
+from pdfqueue.stores.queue import Job, enqueue_chunked
 from pdfqueue_worker.deps import Deps
 
 log = logging.getLogger(__name__)

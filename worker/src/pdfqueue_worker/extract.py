@@ -21,7 +21,7 @@ from pebble import ProcessExpired, ProcessPool
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
-from pdfqueue.errors import PermanentError
+from pdfqueue.domain.errors import PermanentError
 from pdfqueue_worker.emails import DEFAULT_MAX_PAGE_CHARS, find_emails
 from pdfqueue_worker.payload import Packed, Uninflatable, inflate
 

@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from pdfqueue import keys, metrics
-from pdfqueue.background import cancel_and_wait
-from pdfqueue.settings import Settings
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
+from pdfqueue.observability.periodic import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 
 def running_jobs() -> int:
-    """Jobs this process runs now: the in-progress gauge every task keeps (pdfqueue.observe)."""
+    """Jobs this process runs now: the in-progress gauge every task keeps (see `observe`)."""
     return int(sum(s.value for m in metrics.JOBS_IN_PROGRESS.collect() for s in m.samples))
 
 

@@ -1,7 +1,7 @@
 """A member's compressed bytes, cut from a job's ranged read, and their inflation anywhere.
 
 Parsing processes import this (the forkserver preloads it): it must stay light, so it uses
-the standard library and `pdfqueue.errors` (no driver) only, and never imports `archive`
+the standard library and `pdfqueue.domain.errors` (no driver) only, and never imports `archive`
 (which pulls in the S3 client).
 """
 
@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdfqueue.errors import PermanentError
+from pdfqueue.domain.errors import PermanentError
 
 if TYPE_CHECKING:
     from pdfqueue_worker.archive import Member

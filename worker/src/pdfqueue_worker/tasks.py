@@ -14,13 +14,12 @@ from typing import Any
 from arq import Retry
 from arq.constants import retry_key_prefix
 
-from pdfqueue import keys
-from pdfqueue.db import UserRow
-from pdfqueue.errors import PermanentError, transient_reason
-from pdfqueue.models import TERMINAL, BatchStatus, Decision, FileRef, Outcome, failed
-from pdfqueue.observe import observed_job, stage
-from pdfqueue.queue import Job
-from pdfqueue.tracing import file_event
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import PermanentError, transient_reason
+from pdfqueue.domain.models import TERMINAL, BatchStatus, Decision, FileRef, Outcome, failed
+from pdfqueue.observability.tracing import file_event
+from pdfqueue.stores.db import UserRow
+from pdfqueue.stores.queue import Job
 from pdfqueue_worker.archive import (
     Member,
     list_members,
@@ -30,6 +29,7 @@ from pdfqueue_worker.archive import (
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import refills, submit
 from pdfqueue_worker.extract import Extraction, Unreadable
+from pdfqueue_worker.observe import observed_job, stage
 from pdfqueue_worker.payload import Packed, cut, inflate
 
 log = logging.getLogger(__name__)

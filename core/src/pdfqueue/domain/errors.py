@@ -163,7 +163,7 @@ class RedisUnavailable(ServiceUnavailable):
 
 
 class DatabaseUnavailable(ServiceUnavailable):
-    """PostgreSQL failed or did not answer (raised by pdfqueue.db only)."""
+    """PostgreSQL failed or did not answer (raised by pdfqueue.stores.db only)."""
 
     reason = "database_unavailable"
 

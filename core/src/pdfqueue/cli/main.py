@@ -26,10 +26,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pdfqueue.advice import advice
-from pdfqueue.client import ApiError, Client, NotAZip, check_zip
-from pdfqueue.csvsafe import csv_line
-from pdfqueue.models import TERMINAL, BatchStatus, FileResult
+from pdfqueue.cli.client import ApiError, Client, NotAZip, check_zip
+from pdfqueue.domain.advice import advice
+from pdfqueue.domain.csvsafe import csv_line
+from pdfqueue.domain.models import TERMINAL, BatchStatus, FileResult
 
 console = Console(stderr=True)
 
@@ -157,13 +157,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("batch_id")
     p.set_defaults(run=cmd_cancel)
 
-    p = sub.add_parser("demo", help="run the whole pipeline on generated résumés")
-    p.add_argument("--files", type=int, default=300)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--no-wait", action="store_true", help="exit when the batch is done")
-    p.set_defaults(run=cmd_demo)
-
     plugins = entry_points(group="pdfqueue.commands")
     if only in plugins.names:
         plugins = plugins.select(name=only)
@@ -204,8 +197,8 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from pdfqueue.provision import provision
-    from pdfqueue.settings import Settings
+    from pdfqueue.domain.settings import Settings
+    from pdfqueue.runtime.provision import provision
 
     done = asyncio.run(provision(Settings()))
     console.print(f"migrations applied: {', '.join(done.migrations) or 'none (up to date)'}")
@@ -315,13 +308,6 @@ def batch_exit_code(status: dict[str, Any]) -> int:
     if status["status"] != BatchStatus.COMPLETED:
         return EXIT_BATCH_ENDED
     return EXIT_FILES_FAILED if status.get("failed") else EXIT_OK
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from pdfqueue.demo import run_demo
-
-    code: int = run_demo(args.files, args.workers, args.port, wait=not args.no_wait)
-    return code
 
 
 def _bar() -> Progress:

@@ -11,13 +11,20 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.drivers import redis_errors, typed_methods
-from pdfqueue.models import COUNTERS, TERMINAL, BatchStatus, BatchSummary, Outcome, OwnedBatch
+from pdfqueue.domain import keys
+from pdfqueue.domain.models import (
+    COUNTERS,
+    TERMINAL,
+    BatchStatus,
+    BatchSummary,
+    Outcome,
+    OwnedBatch,
+)
+from pdfqueue.stores.drivers import redis_errors, typed_methods
 
 
 def _lua(name: str) -> str:
-    return resources.files("pdfqueue").joinpath(f"lua/{name}.lua").read_text()
+    return resources.files("pdfqueue.stores").joinpath(f"lua/{name}.lua").read_text()
 
 
 _RECORD = _lua("record_outcome")

@@ -14,14 +14,14 @@ from arq.constants import job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
 from redis.asyncio import Redis
 
-from pdfqueue.drivers import redis_errors, typed_call
-from pdfqueue.tracing import producer_span
+from pdfqueue.observability.tracing import producer_span
+from pdfqueue.stores.drivers import redis_errors, typed_call
 
 JOB_EXPIRES_MS = 7 * 24 * 3600 * 1000
 """A job not started within this long is dropped by arq; a week outlasts any idle cluster."""
 
-_ENQUEUE = resources.files("pdfqueue").joinpath("lua/enqueue.lua").read_text()
-_SCAN_PREFIX = resources.files("pdfqueue").joinpath("lua/scan_prefix.lua").read_text()
+_ENQUEUE = resources.files("pdfqueue.stores").joinpath("lua/enqueue.lua").read_text()
+_SCAN_PREFIX = resources.files("pdfqueue.stores").joinpath("lua/scan_prefix.lua").read_text()
 
 
 def serialize(obj: Any) -> bytes:
@@ -50,7 +50,7 @@ async def enqueue(redis: Redis, queue_name: str, jobs: Sequence[Job]) -> int:
     """Add `jobs` to the queue in one round trip; returns how many were new.
 
     Inside a PRODUCER span; each job's kwargs gain `trace`, that span's W3C context, which
-    the consumer continues or links to (`pdfqueue.observe.observed_job`).
+    the consumer continues or links to (`pdfqueue_worker.observe.observed_job`).
     """
     if not jobs:
         return 0

@@ -38,7 +38,7 @@ def log_context(**fields: str | None) -> Iterator[None]:
 
 
 # arq logs each job's start and end outside the job's own context; its lines name the job id
-# (`ingest:<batch>` or `process:<batch>:<index>`, see pdfqueue.keys), which is enough.
+# (`ingest:<batch>` or `process:<batch>:<index>`, see pdfqueue.domain.keys), which is enough.
 _ARQ_JOB = re.compile(r"\b((?:ingest|process):([0-9a-f]{32})(?::\d+)?)\b")
 
 

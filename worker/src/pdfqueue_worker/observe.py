@@ -16,9 +16,9 @@ from typing import Any
 from arq import Retry
 from opentelemetry.trace import Span
 
-from pdfqueue import metrics, tracing
-from pdfqueue.errors import transient_reason
-from pdfqueue.telemetry import log_context
+from pdfqueue.domain.errors import transient_reason
+from pdfqueue.observability import metrics, tracing
+from pdfqueue.observability.logging import log_context
 
 Task = Callable[..., Awaitable[Any]]
 
@@ -26,9 +26,10 @@ Task = Callable[..., Awaitable[Any]]
 def observed_job(function: str, *, link: bool) -> Callable[[Task], Task]:
     """Wrap an arq task: CONSUMER span, log context, in-progress gauge and duration by result.
 
-    The job's `trace` kwarg (made by `pdfqueue.queue.enqueue`) is taken off before the task
-    runs; jobs queued before tracing existed simply have none. `link=True` starts a new
-    trace linked to the producer instead of joining its trace (see `pdfqueue.tracing`).
+    The job's `trace` kwarg (made by `pdfqueue.stores.queue.enqueue`) is taken off before the
+    task runs; jobs queued before tracing existed simply have none. `link=True` starts a new
+    trace linked to the producer instead of joining its trace (see
+    `pdfqueue.observability.tracing`).
     """
 
     def decorate(task: Task) -> Task:

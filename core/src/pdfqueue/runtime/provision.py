@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pdfqueue.db import connect, migrate
-from pdfqueue.errors import StorageError
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.domain.errors import StorageError
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.db import connect, migrate
+from pdfqueue.stores.storage import Storage
 
 log = logging.getLogger(__name__)
 

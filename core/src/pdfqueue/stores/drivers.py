@@ -11,7 +11,7 @@ from typing import Any, ParamSpec, TypeVar
 import asyncpg
 from redis.exceptions import RedisError
 
-from pdfqueue.errors import DatabaseSchemaError, DatabaseUnavailable, RedisUnavailable
+from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, RedisUnavailable
 
 P = ParamSpec("P")
 R = TypeVar("R")

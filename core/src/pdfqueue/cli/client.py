@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from pdfqueue.errors import PdfQueueError, PermanentError
+from pdfqueue.domain.errors import PdfQueueError, PermanentError
 
 CHUNK = 1024 * 1024
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")

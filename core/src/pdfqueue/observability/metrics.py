@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.registry import Collector
 
-from pdfqueue.errors import transient_reasons
-from pdfqueue.models import BatchStatus, Outcome
+from pdfqueue.domain.errors import transient_reasons
+from pdfqueue.domain.models import BatchStatus, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +26,12 @@ STAGES = ("read", "extract", "match", "store", "claim", "record")
 JOB_FUNCTIONS = ("ingest", "process")
 JOB_RESULTS = ("success", "retry", "error", "cancelled")
 RETRY_REASONS = transient_reasons()
-"""What `pdfqueue.errors.transient_reason` returns; listed so their series exist at 0."""
+"""What `pdfqueue.domain.errors.transient_reason` returns; listed so their series exist at 0."""
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
 _SIZE_BUCKETS = tuple(float(4**n * 1024) for n in range(12))  # 1 KiB .. 4 GiB
 
-# --- processes running the queue poller (pdfqueue.gauges) -------------------------------------
+# --- processes running the queue poller (pdfqueue.runtime.gauges) ----------------------------
 HEARTBEAT = Gauge(
     "pdfqueue_heartbeat_timestamp_seconds",
     "Unix time of the last tick of this process's event loop (stale means the loop is stuck).",
@@ -157,7 +157,7 @@ OPERATOR_SCALING_DECISIONS = Counter(
 
 _COMMON: tuple[Collector, ...] = (BATCHES,)
 _GROUPS: dict[str, tuple[Collector, ...]] = {
-    # Only where a pdfqueue.gauges.QueueGauges task runs: a heartbeat nobody stamps would
+    # Only where a pdfqueue.runtime.gauges.QueueGauges task runs: a heartbeat nobody stamps would
     # read as a stuck process.
     "queue": (
         HEARTBEAT,
@@ -198,7 +198,7 @@ _initialize()
 
 def register(*components: str) -> None:
     """Export the common metrics and those of `components` ("api", "worker", "operator",
-    "queue" for a process running `pdfqueue.gauges.QueueGauges`).
+    "queue" for a process running `pdfqueue.runtime.gauges.QueueGauges`).
 
     Idempotent: tests run the API and workers in one process.
     """

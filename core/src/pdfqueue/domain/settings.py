@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from pdfqueue.errors import ConfigurationError
+from pdfqueue.domain.errors import ConfigurationError
 
 ARQ_TIMEOUT_MARGIN_S = 5.0
 """Time a job has, after its own deadline, to give up cleanly before arq cancels it."""

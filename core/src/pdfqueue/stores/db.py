@@ -10,8 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from pdfqueue.drivers import postgres_errors, typed_call, typed_methods
-from pdfqueue.models import (
+from pdfqueue.domain.models import (
     COUNTERS,
     BatchStatus,
     BatchSummary,
@@ -22,6 +21,7 @@ from pdfqueue.models import (
     Outcome,
     ReasonCount,
 )
+from pdfqueue.stores.drivers import postgres_errors, typed_call, typed_methods
 
 MIGRATIONS_LOCK = 0x70646671  # "pdfq": serializes concurrent `pdfqueue migrate` runs
 
@@ -57,7 +57,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 @typed_call(postgres_errors)
 async def migrate(conn: asyncpg.Connection) -> list[str]:
     """Apply the bundled migrations not yet recorded, in order; returns those applied."""
-    folder = resources.files("pdfqueue").joinpath("migrations")
+    folder = resources.files("pdfqueue.stores").joinpath("migrations")
     scripts = sorted((p.name, p.read_text()) for p in folder.iterdir() if p.name.endswith(".sql"))
     applied: list[str] = []
     async with conn.transaction():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pdfqueue.errors import InvalidBatchId
+from pdfqueue.domain.errors import InvalidBatchId
 
 PREFIX = "pdfqueue"
 BATCH_ID_PATTERN = "^[0-9a-f]{32}$"

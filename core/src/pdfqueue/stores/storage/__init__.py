@@ -1,7 +1,7 @@
 """Object storage: S3 through boto3, or a local folder, behind one small async interface.
 
 For S3 the per-PDF calls (ranged GET, PUT, DELETE) skip boto3 and the thread pool: see
-`pdfqueue.s3http`.
+`pdfqueue.stores.storage.s3http`.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from pdfqueue.errors import (
+from pdfqueue.domain.errors import (
     ObjectNotFound,
     SourceOutsideBucket,
     StorageError,
     UnsafeSource,
 )
-from pdfqueue.expiry import NO_LIFECYCLE_CODES, UPLOADS_PREFIX, with_uploads_rule
-from pdfqueue.s3http import NOT_FOUND_CODES, AsyncS3
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.storage.expiry import NO_LIFECYCLE_CODES, UPLOADS_PREFIX, with_uploads_rule
+from pdfqueue.stores.storage.s3http import NOT_FOUND_CODES, AsyncS3
 
 T = TypeVar("T")
 _UNSAFE_SOURCE = re.compile(r"[\x00-\x1f\x7f-\x9f\\?#]|%(?:2f|5c|2e)", re.IGNORECASE)

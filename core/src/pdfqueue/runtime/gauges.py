@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from pdfqueue import metrics
-from pdfqueue.background import cancel_and_wait
-from pdfqueue.fair import pending_jobs
+from pdfqueue.observability import metrics
+from pdfqueue.observability.periodic import cancel_and_wait
+from pdfqueue.stores.fair import pending_jobs
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from botocore.exceptions import BotoCoreError, NoCredentialsError
 from botocore.utils import percent_encode
 from yarl import URL
 
-from pdfqueue.errors import ObjectNotFound, StorageError
+from pdfqueue.domain.errors import ObjectNotFound, StorageError
 
 NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
 

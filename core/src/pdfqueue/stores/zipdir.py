@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdfqueue.errors import DirectoryTooLarge, NotAZipArchive
+from pdfqueue.domain.errors import DirectoryTooLarge, NotAZipArchive
 
 if TYPE_CHECKING:
-    from pdfqueue.settings import Settings
-    from pdfqueue.storage import Backend
+    from pdfqueue.domain.settings import Settings
+    from pdfqueue.stores.storage import Backend
 
 # Record layouts and signatures (PKWARE APPNOTE 4.3), the same as `zipfile`'s.
 _END = struct.Struct("<4s4H2LH")

@@ -15,15 +15,15 @@ from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.db import Database
-from pdfqueue.drivers import redis_errors
-from pdfqueue.errors import QuotaExceeded, ServiceUnavailable
-from pdfqueue.settings import Quota, Settings
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import QuotaExceeded, ServiceUnavailable
+from pdfqueue.domain.settings import Quota, Settings
+from pdfqueue.stores.db import Database
+from pdfqueue.stores.drivers import redis_errors
 
 T = TypeVar("T")
-_ADMIT = resources.files("pdfqueue").joinpath("lua/quota_admit.lua").read_text()
-_CHARGE = resources.files("pdfqueue").joinpath("lua/quota_charge.lua").read_text()
+_ADMIT = resources.files("pdfqueue.stores").joinpath("lua/quota_admit.lua").read_text()
+_CHARGE = resources.files("pdfqueue.stores").joinpath("lua/quota_charge.lua").read_text()
 
 DEPENDENCY_TIMEOUT_S = 2.0
 """A quota step that takes longer than this answers 503, like every other dependency call."""

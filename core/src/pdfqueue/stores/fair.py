@@ -27,17 +27,17 @@ from typing import Any
 from arq.constants import job_key_prefix, result_key_prefix
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.background import cancel_and_wait
-from pdfqueue.drivers import redis_errors, typed_call, typed_methods
-from pdfqueue.queue import JOB_EXPIRES_MS, Job, encoded
-from pdfqueue.settings import Settings
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability.periodic import cancel_and_wait
+from pdfqueue.stores.drivers import redis_errors, typed_call, typed_methods
+from pdfqueue.stores.queue import JOB_EXPIRES_MS, Job, encoded
 
 log = logging.getLogger(__name__)
 
 
 def _lua(name: str) -> str:
-    return resources.files("pdfqueue").joinpath(f"lua/{name}.lua").read_text()
+    return resources.files("pdfqueue.stores").joinpath(f"lua/{name}.lua").read_text()
 
 
 _REGISTER = _lua("fair_register")

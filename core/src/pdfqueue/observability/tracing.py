@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
-from pdfqueue.telemetry import redact
+from pdfqueue.observability.logging import redact
 
 TRACER = trace.get_tracer("pdfqueue")
 BATCH_ID = "pdfqueue.batch_id"
