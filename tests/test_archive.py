@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from pdfqueue.domain.errors import ArchiveRejected, NotAZipArchive
-from pdfqueue.stores.storage import Backend, FileBackend
+from pdfqueue.stores.storage import Backend
+from pdfqueue.stores.storage.local import FileBackend
 from pdfqueue_worker.archive import (
     Limits,
     Member,

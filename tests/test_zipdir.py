@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pdfqueue.domain.errors import DirectoryTooLarge, NotAZipArchive
-from pdfqueue.stores.storage import FileBackend
+from pdfqueue.stores.storage.local import FileBackend
 from pdfqueue.stores.zipdir import (
     READ_CHUNK_BYTES,
     DirectoryLimits,
