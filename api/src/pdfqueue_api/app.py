@@ -14,7 +14,6 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, statu
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
-from redis.asyncio import Redis
 
 from pdfqueue.domain.advice import ADVICE
 from pdfqueue.domain.csvsafe import csv_line
@@ -37,12 +36,10 @@ from pdfqueue.domain.models import (
     Outcome,
 )
 from pdfqueue.domain.settings import Settings
-from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.gauges import QueueGauges
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import API, Stores
 from pdfqueue.stores.queue import check_durability
-from pdfqueue.stores.storage import Storage
 from pdfqueue_api.auth import require_tenant
 from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, event_id
 from pdfqueue_api.headers import SecurityHeadersMiddleware
@@ -98,11 +95,6 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Problem, "description": ERRORS[code]} for code in codes}
 
 
-def producer_redis(url: str) -> Redis:
-    """Producers fail fast: an HTTP handler must never hang on a dead Redis."""
-    return Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
-
-
 def kube_publisher(settings: Settings) -> PdfBatchPublisher | None:
     """Kubernetes mode: the API also creates a PdfBatch per upload in this namespace."""
     if not settings.kubernetes_namespace:
@@ -119,21 +111,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.allow_anonymous:
             log.warning("PDFQUEUE_ALLOW_ANONYMOUS: the API accepts requests without a token")
-        redis = producer_redis(settings.redis_url)
+        stores = await Stores.open(settings, API)
         try:
-            for problem in await check_durability(redis):
+            for problem in await check_durability(stores.redis):
                 log.warning("REDIS IS NOT SAFE FOR A QUEUE: %s", problem)
         except Exception as exc:  # Redis down at start: /readyz says so until it is back
             log.warning("redis not reachable at start: %r", exc)
-        pool = await connect(settings.database_url, min_size=0, max_size=10)
-        storage = Storage.from_settings(settings, threads=16)
         publisher = kube_publisher(settings)
         app.state.settings = settings
-        db = Database(pool, settings.users_table)
         app.state.service = BatchService(
-            settings, redis, Lifecycle.of(db, redis, settings), db, storage, publisher
+            settings, stores.redis, stores.lifecycle, stores.db, stores.storage, publisher
         )
-        gauges = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
+        gauges = QueueGauges(stores.redis, settings.queue_name, settings.metrics_interval_s)
         gauges.start()
         app.state.feed = BatchFeed(
             app.state.service.read, settings.events_interval_s, settings.max_event_streams
@@ -146,9 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await gauges.stop()
             if publisher is not None:
                 await publisher.close()
-            await storage.aclose()
-            await pool.close()
-            await redis.aclose()
+            await stores.close()
 
     app = FastAPI(
         title="pdfqueue",

@@ -15,13 +15,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable
 from pdfqueue.domain.settings import Settings
-from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import metrics
+from pdfqueue.observability.periodic import Periodic
 from pdfqueue.runtime.gauges import QueueGauges
-from pdfqueue.stores.db import Database, connect
-from pdfqueue.stores.fair import Dispatcher, Ticker
+from pdfqueue.runtime.stores import Stores, worker_role
+from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
 from pdfqueue.stores.queue import check_durability, deserialize, serialize
-from pdfqueue.stores.storage import Storage
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extractor
@@ -30,8 +29,6 @@ from pdfqueue_worker.tasks import ingest, process
 log = logging.getLogger(__name__)
 SPARE_TRIES = 3
 """arq tries beyond max_tries, in which a job only records its failure (see tasks.process)."""
-STORAGE_CONNECTIONS = 16
-"""Concurrent S3 requests per worker: a job stores its PDFs at once, up to 16 by default."""
 
 
 async def startup(ctx: dict[str, Any]) -> None:
@@ -43,15 +40,14 @@ async def startup(ctx: dict[str, Any]) -> None:
     if problems and settings.redis_strict:
         msg = "refusing to start (PDFQUEUE_REDIS_STRICT): " + "; ".join(problems)
         raise RuntimeError(msg)
-    # A job claims its PDFs concurrently: connections and S3 requests scale with it.
-    pool = await connect(settings.database_url, max_size=settings.worker_max_jobs + 4)
-    db = Database(pool, settings.users_table, settings.users_tenant_column)
+    stores = await Stores.open(settings, worker_role(settings), redis=redis)
+    ctx["stores"] = stores
     ctx["deps"] = Deps(
         settings=settings,
         redis=redis,
-        lifecycle=Lifecycle.of(db, redis, settings),
-        db=db,
-        storage=Storage.from_settings(settings, threads=STORAGE_CONNECTIONS),
+        lifecycle=stores.lifecycle,
+        db=stores.db,
+        storage=stores.storage,
         extractor=Extractor(
             processes=settings.extract_processes,
             timeout_s=settings.extract_timeout_s,
@@ -78,24 +74,25 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["heartbeat"] = heartbeat.start(redis, settings)
     if settings.dispatch_fair:
         dispatcher = Dispatcher.from_settings(redis, settings)
-        ctx["dispatch"] = Ticker(dispatcher, settings.dispatch_tick_s, settings.worker_max_jobs)
+        ticker = dispatch_ticker(dispatcher, settings.dispatch_tick_s, settings.worker_max_jobs)
+        ctx["dispatch"] = ticker
         ctx["dispatch"].start()
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     await heartbeat.stop(ctx.pop("heartbeat", None))
-    ticker: Ticker | None = ctx.pop("dispatch", None)
+    ticker: Periodic | None = ctx.pop("dispatch", None)
     if ticker is not None:
         await ticker.stop()
     gauges: QueueGauges | None = ctx.get("gauges")
     if gauges is not None:
         await gauges.stop()
     deps: Deps | None = ctx.get("deps")
-    if deps is None:
-        return
-    deps.extractor.close()
-    await deps.storage.aclose()
-    await deps.db.pool.close()
+    if deps is not None:
+        deps.extractor.close()
+    stores: Stores | None = ctx.get("stores")
+    if stores is not None:
+        await stores.close()
 
 
 def build_worker(settings: Settings, **overrides: Any) -> Worker:

@@ -12,7 +12,6 @@ over them; the API keeps them alive when the workers are scaled to zero.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from pdfqueue.observability import metrics
-from pdfqueue.observability.periodic import cancel_and_wait
+from pdfqueue.observability.periodic import Periodic
 from pdfqueue.stores.fair import pending_jobs
 
 log = logging.getLogger(__name__)
@@ -31,8 +30,8 @@ class QueueGauges:
     redis: Redis
     queue_name: str
     interval_s: float = 5.0
-    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
-    _failing: bool = field(default=False, init=False, repr=False)
+    _loop: Periodic | None = field(default=None, init=False, repr=False)
+    _expected: float = field(default_factory=time.monotonic, init=False, repr=False)
 
     async def poll(self) -> None:
         """Read the queue and Redis memory once and set the gauges."""
@@ -56,30 +55,29 @@ class QueueGauges:
             metrics.REDIS_USED_MEMORY.set(memory.get("used_memory", 0))
             metrics.REDIS_MAXMEMORY.set(memory.get("maxmemory", 0))
 
-    async def run(self) -> None:
-        """Poll forever; each tick also stamps the heartbeat and measures event-loop lag."""
-        expected = time.monotonic()
-        while True:
-            metrics.EVENT_LOOP_LAG.set(max(time.monotonic() - expected, 0.0))
-            metrics.HEARTBEAT.set(time.time())
-            try:
-                await asyncio.wait_for(self.poll(), timeout=max(self.interval_s, 1.0))
-            except Exception as exc:  # Redis down: say so once, keep ticking
-                metrics.REDIS_UP.set(0)
-                if not self._failing:
-                    log.warning("queue metrics: redis not reachable: %r", exc)
-                self._failing = True
-            else:
-                metrics.REDIS_UP.set(1)
-                self._failing = False
-            expected = time.monotonic() + self.interval_s
-            await asyncio.sleep(self.interval_s)
+    async def _tick(self) -> None:
+        """One poll; each tick also stamps the heartbeat and measures event-loop lag."""
+        metrics.EVENT_LOOP_LAG.set(max(time.monotonic() - self._expected, 0.0))
+        metrics.HEARTBEAT.set(time.time())
+        try:
+            await self.poll()
+        finally:
+            self._expected = time.monotonic() + self.interval_s
 
     def start(self) -> None:
         metrics.register("queue")
-        if self._task is None:
-            self._task = asyncio.create_task(self.run(), name="pdfqueue-queue-gauges")
+        if self._loop is None:
+            self._loop = Periodic(
+                "queue-gauges",
+                self.interval_s,
+                self._tick,
+                timeout_s=max(self.interval_s, 1.0),
+                on_error=lambda _exc: metrics.REDIS_UP.set(0),
+                on_ok=lambda: metrics.REDIS_UP.set(1),
+            )
+            self._loop.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+        if self._loop is not None:
+            await self._loop.stop()
+        self._loop = None

@@ -15,7 +15,6 @@ are derived from arq's queue on every call, so they heal by themselves.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -29,7 +28,7 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
-from pdfqueue.observability.periodic import cancel_and_wait
+from pdfqueue.observability.periodic import Periodic
 from pdfqueue.stores.drivers import redis_errors, typed_call, typed_methods
 from pdfqueue.stores.queue import JOB_EXPIRES_MS, Job, encoded
 
@@ -141,24 +140,7 @@ class Dispatcher:
         released: int = await self.redis.eval(_DISPATCH, 1, self.queue_name, *argv)  # type: ignore[misc]
         return released
 
-    async def tick_forever(self, interval_s: float, max_jobs: int) -> None:
-        """Dispatch every `interval_s`: announces this worker and recovers slots nobody else
-        frees (a killed worker's)."""
-        me = Worker(f"{uuid.uuid4().hex}:{max_jobs}", lease_s=3 * interval_s + 1)
-        failing = False
-        while True:
-            try:
-                await self.dispatch(worker=me)
-            except Exception as exc:  # Redis down: say so once, keep ticking
-                if not failing:
-                    log.warning("fair dispatch tick failed: %r", exc)
-                failing = True
-            else:
-                failing = False
-            await asyncio.sleep(interval_s)
 
-
-@typed_call(redis_errors)
 async def pending_jobs(redis: Redis, queue_name: str) -> int:
     """Jobs registered and not yet released into the queue, over every tenant and batch."""
     total: int = await redis.eval(_PENDING, 0, keys.fair_prefix(queue_name))  # type: ignore[misc]
@@ -173,20 +155,8 @@ async def drop_pending(redis: Redis, queue_name: str, batch_id: str) -> int:
     return dropped
 
 
-@dataclass
-class Ticker:
-    """The periodic dispatch task of a worker."""
-
-    dispatcher: Dispatcher
-    interval_s: float
-    max_jobs: int
-    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
-
-    def start(self) -> None:
-        if self._task is None:
-            coro = self.dispatcher.tick_forever(self.interval_s, self.max_jobs)
-            self._task = asyncio.create_task(coro, name="pdfqueue-fair-dispatch")
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+def dispatch_ticker(dispatcher: Dispatcher, interval_s: float, max_jobs: int) -> Periodic:
+    """A worker's periodic dispatch: it announces the worker (its slots size the window) and
+    recovers slots nobody else frees (a killed worker's)."""
+    me = Worker(f"{uuid.uuid4().hex}:{max_jobs}", lease_s=3 * interval_s + 1)
+    return Periodic("fair-dispatch", interval_s, lambda: dispatcher.dispatch(worker=me))
