@@ -130,13 +130,13 @@ def parse_cost_ms(
     }
 
 
-def _costs(read: Callable[[bytes, int], tuple[Any, ...]], docs: list[bytes]) -> list[float]:
+def _costs(read: Callable[[bytes, int], Any], docs: list[bytes]) -> list[float]:
     read(docs[0], 50)  # imports and caches out of the measurement
     costs = []
     for data in docs:
         started = time.process_time()
-        reason, emails, *_ = read(data, 50)
+        found = read(data, 50)
         costs.append((time.process_time() - started) * 1000)
-        if reason or not emails:
-            raise RuntimeError(f"a clean PDF did not parse ({reason or 'no email'})")
+        if found.refusal or not found.emails:
+            raise RuntimeError(f"a clean PDF did not parse ({found.refusal or 'no email'})")
     return costs

@@ -27,12 +27,12 @@ from typing import Any
 from pebble import ProcessExpired
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue_worker.extract import ENGINES, Extractor, Result, death_reason
+from pdfqueue_worker.extract import ENGINES, Extraction, Extractor, death_reason
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def probe(engine: str, data: bytes, max_pages: int) -> tuple[Result, float, int]:
+def probe(engine: str, data: bytes, max_pages: int) -> tuple[Extraction, float, int]:
     """Runs in a parsing process: the worker's read, its CPU ms, and this process's peak
     RSS so far (KiB)."""
     started = time.process_time()
@@ -49,8 +49,8 @@ async def one(extractor: Extractor, engine: str, data: bytes) -> dict[str, Any]:
     )
     out: dict[str, Any] = {}
     try:
-        (reason, emails, pages, _, _), cpu_ms, rss_kib = await asyncio.wrap_future(future)
-        out = {"outcome": reason or "ok", "emails": emails, "pages": pages}
+        found, cpu_ms, rss_kib = await asyncio.wrap_future(future)
+        out = {"outcome": found.refusal or "ok", "emails": found.emails, "pages": found.pages}
         out |= {"cpu_ms": cpu_ms, "rss_kib": rss_kib}
     except FutureTimeout:
         out = {"outcome": "timeout"}

@@ -30,7 +30,7 @@ _LITERAL = re.compile(rb"\((?:[^()\\]|\\.)*\)")
 
 def pypdf_first(data: bytes) -> list[str]:
     """The worker's parser before PDFium: pypdf, up to the first page with an address."""
-    return read_pdf_pypdf(data, MAX_PAGES)[1]
+    return read_pdf_pypdf(data, MAX_PAGES).emails
 
 
 def pypdf_all(data: bytes) -> list[str]:
@@ -57,7 +57,7 @@ def content_strings_first(data: bytes) -> list[str]:
 
 def pdfium_first(data: bytes) -> list[str]:
     """The worker's parser now: PDFium's text page, up to the first page with an address."""
-    return read_pdf(data, MAX_PAGES)[1]
+    return read_pdf(data, MAX_PAGES).emails
 
 
 def pdfium_all(data: bytes) -> list[str]:

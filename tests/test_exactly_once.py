@@ -19,7 +19,7 @@ from pdfqueue.domain.models import Outcome
 from pdfqueue.domain.settings import Settings
 from pdfqueue.samples import CLEAN
 from pdfqueue.stores.queue import Job, enqueue
-from pdfqueue.stores.state import BatchState, Recorded, utcnow
+from pdfqueue.stores.state import BatchState, Recorded, Recording, utcnow
 
 
 async def status(api: httpx.AsyncClient, batch_id: str) -> dict[str, Any]:
@@ -44,11 +44,13 @@ async def test_outcome_is_counted_once(redis: Redis, settings: Settings) -> None
     batch = uuid.uuid4().hex  # keys refuse anything but a batch id
     await state.create(batch, "t", utcnow())
     assert await state.start(batch, 2, 0) == "PROCESSING"
-    assert await state.record(batch, [(0, Outcome.LINKED)]) == ([Recorded.COUNTED], "PROCESSING")
+    assert await state.record(batch, [(0, Outcome.LINKED)]) == Recording(
+        [Recorded.COUNTED], "PROCESSING"
+    )
     assert await state.unrecorded(batch, [0, 1]) == [1]
     # one call, several files: the repeat is not counted, the last file completes the batch
-    codes, final = await state.record(batch, [(0, Outcome.FAILED), (1, Outcome.SKIPPED_NO_MATCH)])
-    assert (codes, final) == ([Recorded.DUPLICATE, Recorded.COMPLETED_BATCH], "COMPLETED")
+    done = await state.record(batch, [(0, Outcome.FAILED), (1, Outcome.SKIPPED_NO_MATCH)])
+    assert done == Recording([Recorded.DUPLICATE, Recorded.COMPLETED_BATCH], "COMPLETED")
     summary = (await state.read(batch)).summary  # type: ignore[union-attr]
     assert (summary.processed, summary.linked, summary.failed, summary.skipped_no_match) == (
         2,
@@ -56,7 +58,7 @@ async def test_outcome_is_counted_once(redis: Redis, settings: Settings) -> None
         0,
         1,
     )
-    assert (await state.record(uuid.uuid4().hex, [(0, Outcome.LINKED)]))[0] == [Recorded.MISSING]
+    assert (await state.record(uuid.uuid4().hex, [(0, Outcome.LINKED)])).codes == [Recorded.MISSING]
 
 
 async def test_second_delivery_of_every_job_changes_nothing(

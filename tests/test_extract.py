@@ -10,7 +10,14 @@ import pytest
 from bench.documents import PRODUCERS, Density, render
 from pdfqueue.samples import CLEAN, Expect, build_corpus, render_pdf
 from pdfqueue_worker.emails import find_emails
-from pdfqueue_worker.extract import Extractor, Unreadable, address_lines, read_pdf, read_pdf_pypdf
+from pdfqueue_worker.extract import (
+    Extraction,
+    Extractor,
+    Unreadable,
+    address_lines,
+    read_pdf,
+    read_pdf_pypdf,
+)
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +133,10 @@ def test_reading_stops_at_the_first_page_with_an_address_and_resumes_there() -> 
         pdf.add_page()
         pdf.cell(text=line)
     data = bytes(pdf.output())
-    assert read_pdf(data, 50) == ("", ["a@x.io", "b@y.io"], 4, True, 2)
-    assert read_pdf(data, 50, start_page=2) == ("", ["c@z.io"], 4, True, 3)
-    assert read_pdf(data, 50, start_page=3) == ("", ["d@w.io"], 4, True, None)
-    assert read_pdf(data, 2) == ("", ["a@x.io", "b@y.io"], 4, True, None)  # the page limit
+    assert read_pdf(data, 50) == Extraction(["a@x.io", "b@y.io"], 4, True, 2)
+    assert read_pdf(data, 50, start_page=2) == Extraction(["c@z.io"], 4, True, 3)
+    assert read_pdf(data, 50, start_page=3) == Extraction(["d@w.io"], 4, True, None)
+    assert read_pdf(data, 2) == Extraction(["a@x.io", "b@y.io"], 4, True, None)  # the page limit
 
 
 def test_pdfium_reads_what_pypdf_read_on_the_sample_corpus() -> None:
@@ -149,9 +156,9 @@ def test_pdfium_reads_what_pypdf_read_on_dense_resumes(density: Density) -> None
         data = render(f, density, 22)
         new = read_pdf(data, 50)
         assert new == read_pdf_pypdf(data, 50), f
-        assert new[1] == [f.email]
-        if new[4] is not None:  # and reading on from where it stopped
-            assert read_pdf(data, 50, new[4]) == read_pdf_pypdf(data, 50, new[4]), f
+        assert new.emails == [f.email]
+        if new.next_page is not None:  # and reading on from where it stopped
+            assert read_pdf(data, 50, new.next_page) == read_pdf_pypdf(data, 50, new.next_page), f
 
 
 @pytest.mark.parametrize(

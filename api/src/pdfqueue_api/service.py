@@ -18,6 +18,7 @@ from typing import TypeVar
 from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
+from pdfqueue.domain import keys
 from pdfqueue.domain.errors import InvalidCursor, ServiceUnavailable, UploadAborted
 from pdfqueue.domain.models import (
     TERMINAL,
@@ -42,10 +43,6 @@ DEPENDENCY_TIMEOUT_S = 2.0
 HIDDEN_FROM_TENANTS = {"user_id": None, "object_key": None}
 """Report fields naming the host application's users (the key holds the user id)."""
 T = TypeVar("T")
-
-
-def upload_key(batch_id: str) -> str:
-    return f"uploads/{batch_id}.zip"
 
 
 @dataclass
@@ -98,7 +95,7 @@ class BatchService:
         await self.ping()
         batch_id = batch_id or uuid.uuid4().hex
         tracing.annotate(batch_id=batch_id)
-        key = upload_key(batch_id)
+        key = keys.upload(batch_id)
         try:
             await store_upload(
                 self.storage,

@@ -173,16 +173,16 @@ class Lifecycle:
         # what counts is what PostgreSQL holds: an earlier try's row wins over this try's
         final = [stored.get(ref.index, d) for ref, d in decided.items()]
         pairs = [(ref.index, d.outcome) for ref, d in zip(decided, final, strict=True)]
-        codes, status = await self.state.record(batch_id, pairs)
-        if Recorded.MISSING in codes:
+        done = await self.state.record(batch_id, pairs)
+        if Recorded.MISSING in done.codes:
             await self.restore(batch_id)
-            codes, status = await self.state.record(batch_id, pairs)
-        for d, code in zip(final, codes, strict=True):
+            done = await self.state.record(batch_id, pairs)
+        for d, code in zip(final, done.codes, strict=True):
             if code in (Recorded.COUNTED, Recorded.COMPLETED_BATCH):
                 metrics.document_counted(d.outcome, d.reason)
-        if status == BatchStatus.COMPLETED.value:
+        if done.status == BatchStatus.COMPLETED.value:
             await self.db.finish_batch(batch_id, BatchStatus.COMPLETED)
-            if Recorded.COMPLETED_BATCH in codes:
+            if Recorded.COMPLETED_BATCH in done.codes:
                 metrics.batch_entered(BatchStatus.COMPLETED)
                 log.info("batch completed", extra={"batch_id": batch_id})
         return final

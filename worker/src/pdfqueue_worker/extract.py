@@ -28,8 +28,6 @@ from pdfqueue_worker.payload import Packed, Uninflatable, inflate
 if TYPE_CHECKING:
     from pdfqueue_worker.archive import Member
 
-Result = tuple[str, list[str], int, bool, int | None]
-"""(error reason or "", emails, pages, has_text, next page or None), from a parsing process."""
 PDF_MAGIC_WINDOW = 1024  # the PDF spec lets junk precede %PDF- within the first KiB
 KEPT_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 """All a parsing process keeps of the worker's environment: never a password, key or token."""
@@ -57,6 +55,13 @@ class Extraction:
     next_page: int | None = None
     """Where reading stopped early, at the end of the first page with an address; None when
     every page (up to the limit) was read."""
+    refusal: str = ""
+    """Why the file cannot be read (its per-file reason); empty when it could."""
+
+
+def refused(reason: str) -> Extraction:
+    """What a parsing process answers for a file it cannot read."""
+    return Extraction([], 0, False, refusal=reason)
 
 
 def _prepare(max_bytes: int) -> None:
@@ -71,22 +76,22 @@ def _prepare(max_bytes: int) -> None:
 
 def read_pdf(
     data: bytes, max_pages: int, start_page: int = 0, max_page_chars: int = DEFAULT_MAX_PAGE_CHARS
-) -> Result:
+) -> Extraction:
     """Runs in a pool process: pages from `start_page` on, up to the first page with an
     address, which is page one for nearly every résumé (reading the rest would double the
     cost). PDFium's text page costs a third of pypdf's `extract_text` on dense pages."""
     try:
         document = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
-        return _refusal(exc.err_code), [], 0, False, None
+        return refused(_refusal(exc.err_code))
     except MemoryError:
-        return "too_large", [], 0, False, None
+        return refused("too_large")
     try:
         return _read_pages(document, max_pages, start_page, max_page_chars)
     except MemoryError:
-        return "too_large", [], 0, False, None
+        return refused("too_large")
     except Exception:  # any parser failure on hostile input: this file is unreadable
-        return "unreadable", [], 0, False, None
+        return refused("unreadable")
     finally:
         document.close()
 
@@ -100,7 +105,7 @@ def _refusal(err_code: int | None) -> str:
 
 def _read_pages(
     document: pdfium.PdfDocument, max_pages: int, start_page: int, max_page_chars: int
-) -> Result:
+) -> Extraction:
     emails: list[str] = []
     has_text = False
     pages = len(document)
@@ -117,8 +122,8 @@ def _read_pages(
         found = find_emails(address_lines(text[:max_page_chars]), max_page_chars)
         emails.extend(e for e in found if e not in emails)
         if emails and number + 1 < last:
-            return "", emails, pages, has_text, number + 1
-    return "", emails, pages, has_text, None
+            return Extraction(emails, pages, has_text, number + 1)
+    return Extraction(emails, pages, has_text)
 
 
 def address_lines(text: str) -> str:
@@ -138,13 +143,13 @@ def address_lines(text: str) -> str:
 
 def read_pdf_pypdf(
     data: bytes, max_pages: int, start_page: int = 0, max_page_chars: int = DEFAULT_MAX_PAGE_CHARS
-) -> Result:
+) -> Extraction:
     """`read_pdf` with pypdf's `extract_text`, the parser before PDFium: kept to compare
     them (`bench/parse.py`, `bench/hostile.py`, tests) and as a fallback."""
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
-            return "encrypted", [], 0, False, None
+            return refused("encrypted")
         emails: list[str] = []
         has_text = False
         pages = len(reader.pages)
@@ -154,14 +159,14 @@ def read_pdf_pypdf(
             has_text = has_text or bool(text.strip())
             emails.extend(e for e in find_emails(text, max_page_chars) if e not in emails)
             if emails and number + 1 < last:
-                return "", emails, pages, has_text, number + 1
+                return Extraction(emails, pages, has_text, number + 1)
     except (FileNotDecryptedError, DependencyError):
-        return "encrypted", [], 0, False, None
+        return refused("encrypted")
     except (LimitReachedError, MemoryError):
-        return "too_large", [], 0, False, None
+        return refused("too_large")
     except Exception:  # any parser failure on hostile input: this file is unreadable
-        return "unreadable", [], 0, False, None
-    return "", emails, pages, has_text, None
+        return refused("unreadable")
+    return Extraction(emails, pages, has_text)
 
 
 def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by position)
@@ -170,20 +175,20 @@ def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by p
     max_pages: int,
     start_page: int,
     max_page_chars: int,
-    engine: Callable[..., Result],
-) -> Result:
+    engine: Callable[..., Extraction],
+) -> Extraction:
     """Runs in a pool process: inflate one ZIP member under this process's memory cap,
     then read it. `raw` is the member's local header and compressed data."""
     try:
         data = inflate(raw, packed)
     except Uninflatable as exc:
-        return exc.reason, [], 0, False, None
+        return refused(exc.reason)
     if b"%PDF-" not in data[:PDF_MAGIC_WINDOW]:
-        return "not_a_pdf", [], 0, False, None
+        return refused("not_a_pdf")
     return engine(data, max_pages, start_page, max_page_chars)
 
 
-ENGINES: dict[str, Callable[..., Result]] = {"pdfium": read_pdf, "pypdf": read_pdf_pypdf}
+ENGINES: dict[str, Callable[..., Extraction]] = {"pdfium": read_pdf, "pypdf": read_pdf_pypdf}
 
 
 def death_reason(exitcode: int | None) -> str:
@@ -237,10 +242,10 @@ class Extractor:
             read_member, raw, packed, self.max_pages, start_page, self.max_page_chars, self.engine
         )
 
-    async def _run(self, fn: Callable[..., Result], *args: Any) -> Extraction:
+    async def _run(self, fn: Callable[..., Extraction], *args: Any) -> Extraction:
         future = self.pool.schedule(fn, args=args, timeout=self.timeout_s)
         try:
-            reason, emails, pages, has_text, next_page = await asyncio.wrap_future(future)
+            found: Extraction = await asyncio.wrap_future(future)
         except FutureTimeout as exc:
             raise Unreadable("timeout", f"parsing took over {self.timeout_s:g}s") from exc
         except ProcessExpired as exc:
@@ -249,9 +254,9 @@ class Extractor:
         except asyncio.CancelledError:
             future.cancel()  # pebble kills the process running a cancelled task
             raise
-        if reason:
-            raise Unreadable(reason)
-        return Extraction(emails, pages, has_text, next_page)
+        if found.refusal:
+            raise Unreadable(found.refusal)
+        return found
 
     def close(self) -> None:
         self.pool.stop()

@@ -338,7 +338,7 @@ async def _link(
     # parsed already, so it inflates; off the event loop
     data = await deps.storage.run(inflate, raw, Packed.of(member))
     sha256 = hashlib.sha256(data).hexdigest()
-    key = f"pdfs/{user.id}/{sha256}.pdf"
+    key = keys.linked_pdf(user.id, sha256)
     if user.pdf_url is not None:
         reason = "duplicate" if user.pdf_url == key else "already_linked"
         return ref, Decision(Outcome.SKIPPED_ALREADY_EXISTS, reason, user.id, sha256)

@@ -1,4 +1,4 @@
-"""Redis key names and arq job ids: one place, so producers and consumers always agree."""
+"""Every Redis key, object key and arq job id: one place, so producers and consumers agree."""
 
 from __future__ import annotations
 
@@ -31,6 +31,20 @@ def batch(batch_id: str) -> str:
 def outcomes(batch_id: str) -> str:
     """Hash of file index -> outcome: the once-only guard behind every counter."""
     return f"{PREFIX}:batch:{checked(batch_id)}:outcomes"
+
+
+UPLOADS_PREFIX = "uploads/"
+"""Where uploaded archives are stored (the bucket's lifecycle rule expires them)."""
+
+
+def upload(batch_id: str) -> str:
+    """The object key of a batch's uploaded ZIP."""
+    return f"{UPLOADS_PREFIX}{checked(batch_id)}.zip"
+
+
+def linked_pdf(user_id: int, sha256: str) -> str:
+    """The content-addressed object key of a PDF linked to a user."""
+    return f"pdfs/{int(user_id)}/{sha256}.pdf"
 
 
 def quota(tenant: str, name: str) -> str:

@@ -158,8 +158,3 @@ def consumer_span(
         set_status_on_exception=False,
     ) as current:
         yield current
-
-
-def current_trace_id() -> str | None:
-    context = trace.get_current_span().get_span_context()
-    return trace.format_trace_id(context.trace_id) if context.is_valid else None

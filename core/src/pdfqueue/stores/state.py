@@ -47,6 +47,15 @@ class Recorded(IntEnum):
 
 @typed_methods(redis_errors)
 @dataclass(frozen=True)
+class Recording:
+    """What one recording call did: a code per file, and the batch's status after it."""
+
+    codes: list[Recorded]
+    status: str
+    """"" when the live state has expired (every code is then MISSING)."""
+
+
+@dataclass(frozen=True)
 class BatchState:
     """Operations on one Redis; every write refreshes the batch's TTL."""
 
@@ -122,9 +131,7 @@ class BatchState:
         )
         return BatchStatus(_text(status)) if status else None
 
-    async def record(
-        self, batch_id: str, outcomes: Sequence[tuple[int, Outcome]]
-    ) -> tuple[list[Recorded], str]:
+    async def record(self, batch_id: str, outcomes: Sequence[tuple[int, Outcome]]) -> Recording:
         """Record (file index, outcome) pairs once each, in one script call.
 
         Returns a code per pair and the batch status after them; every code is MISSING
@@ -137,8 +144,8 @@ class BatchState:
             _RECORD, 2, keys.batch(batch_id), keys.outcomes(batch_id), *argv
         )
         if not status:
-            return [Recorded.MISSING] * len(outcomes), ""
-        return [Recorded(int(c)) for c in codes], _text(status)
+            return Recording([Recorded.MISSING] * len(outcomes), "")
+        return Recording([Recorded(int(c)) for c in codes], _text(status))
 
     async def unrecorded(self, batch_id: str, indexes: Sequence[int]) -> list[int]:
         """Those of `indexes` without an outcome yet (what a retried job still has to do)."""

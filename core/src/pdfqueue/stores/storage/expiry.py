@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-UPLOADS_PREFIX = "uploads/"
 """Where the API streams each upload (`uploads/<batch_id>.zip`), below the storage prefix."""
 UPLOADS_RULE_ID = "pdfqueue-expire-uploads"
 """The one lifecycle rule pdfqueue owns in a bucket; other rules are left as they are."""

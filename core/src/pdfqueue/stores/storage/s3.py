@@ -12,8 +12,9 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from pdfqueue.domain.errors import ObjectNotFound, StorageError
+from pdfqueue.domain.keys import UPLOADS_PREFIX
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.storage.expiry import NO_LIFECYCLE_CODES, UPLOADS_PREFIX, with_uploads_rule
+from pdfqueue.stores.storage.expiry import NO_LIFECYCLE_CODES, with_uploads_rule
 from pdfqueue.stores.storage.s3http import NOT_FOUND_CODES
 
 if TYPE_CHECKING:
