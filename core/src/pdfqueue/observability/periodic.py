@@ -39,11 +39,15 @@ class Periodic:
     last_ok: float = field(default_factory=time.monotonic)
     _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _failing: bool = field(default=False, init=False, repr=False)
+    _stopping: bool = field(default=False, init=False, repr=False)
 
     async def tick(self) -> None:
         """One step, its failure logged and reported, never raised."""
         try:
-            await asyncio.wait_for(self.step(), self.timeout_s)
+            # not wait_for: on 3.11 it can swallow a cancellation that arrives as the step
+            # ends, and the loop would then outlive `stop`
+            async with asyncio.timeout(self.timeout_s):
+                await self.step()
         except Exception as exc:
             if not self._failing:
                 log.warning("%s: step failed: %r", self.name, exc)
@@ -57,7 +61,7 @@ class Periodic:
                 self.on_ok()
 
     async def run(self) -> None:
-        while True:
+        while not self._stopping:
             await self.tick()
             await asyncio.sleep(self.interval_s)
 
@@ -66,6 +70,7 @@ class Periodic:
             self._task = asyncio.create_task(self.run(), name=f"pdfqueue-{self.name}")
 
     async def stop(self) -> None:
+        self._stopping = True  # ends the loop even if a cancellation got lost
         await cancel_and_wait(self._task)
         self._task = None
 
