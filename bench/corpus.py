@@ -135,8 +135,8 @@ def _costs(read: Callable[[bytes, int], Any], docs: list[bytes]) -> list[float]:
     costs = []
     for data in docs:
         started = time.process_time()
-        reason, emails, *_ = read(data, 50)
+        found = read(data, 50)
         costs.append((time.process_time() - started) * 1000)
-        if reason or not emails:
-            raise RuntimeError(f"a clean PDF did not parse ({reason or 'no email'})")
+        if found.reason or not found.emails:
+            raise RuntimeError(f"a clean PDF did not parse ({found.reason or 'no email'})")
     return costs

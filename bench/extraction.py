@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.labelled import Labelled, User, cached
-from pdfqueue.db import UserRow
-from pdfqueue.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.stores.db import UserRow
 from pdfqueue_worker.extract import Ocr, Result, read_pdf
 from pdfqueue_worker.matching import Verdict, choose
 

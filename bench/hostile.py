@@ -26,15 +26,15 @@ from typing import Any
 
 from pebble import ProcessExpired
 
-from pdfqueue.settings import Settings
-from pdfqueue_worker.extract import ENGINES, Extractor, Result, death_reason
+from pdfqueue.domain.settings import Settings
+from pdfqueue_worker.extract import ENGINES, Extraction, Extractor, death_reason
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def probe(
     engine: str, data: bytes, max_pages: int, max_page_chars: int
-) -> tuple[Result, float, int]:
+) -> tuple[Extraction, float, int]:
     """Runs in a parsing process: the worker's read, its CPU ms, and this process's peak
     RSS so far (KiB)."""
     started = time.process_time()

@@ -34,11 +34,12 @@ from redis.asyncio import Redis as AsyncRedis
 from bench import stores
 from bench.pipeline import Bench
 from bench.procs import Sampler
-from pdfqueue import keys
-from pdfqueue.db import Database, connect
-from pdfqueue.queue import Job, enqueue_chunked
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState, utcnow
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.queue import Job, enqueue_chunked
+from pdfqueue.stores.state import utcnow
 from pdfqueue_worker.app import build_worker
 from pdfqueue_worker.candidates import Candidate, Source
 from pdfqueue_worker.deps import Deps
@@ -100,11 +101,12 @@ async def _startup(ctx: dict[str, Any]) -> None:
     """`pdfqueue_worker.app.startup` with the real stores and stub storage and parsing."""
     settings: Settings = ctx["settings"]
     pool = await connect(settings.database_url, max_size=settings.worker_max_jobs + 4)
+    db = Database(pool, settings.users_table)
     ctx["deps"] = Deps(
         settings=settings,
         redis=ctx["redis"],
-        state=BatchState(ctx["redis"], settings.batch_ttl_s),
-        db=Database(pool, settings.users_table),
+        lifecycle=Lifecycle.of(db, ctx["redis"], settings),
+        db=db,
         storage=StubStorage(),  # type: ignore[arg-type]
         extractor=StubExtractor(),  # type: ignore[arg-type]
     )
@@ -156,11 +158,10 @@ async def _open_batch(settings: Settings, first_user: int, jobs: int, per_job: i
     pool = await connect(settings.database_url, max_size=2)
     try:
         db = Database(pool, settings.users_table)
-        state = BatchState(redis, settings.batch_ttl_s)
+        lifecycle = Lifecycle.of(db, redis, settings)
         await db.create_batch(batch_id, TENANT, f"uploads/{batch_id}.zip")
-        await state.create(batch_id, TENANT, utcnow())
-        await db.start_batch(batch_id, total, 0)
-        await state.start(batch_id, total, 0)
+        await lifecycle.state.create(batch_id, TENANT, utcnow())
+        await lifecycle.start(batch_id, total, [])
         payload = (
             Job(
                 keys.process_job(batch_id, j * per_job),

@@ -29,7 +29,7 @@ from redis import Redis
 from bench import corpus, readdressed, stores
 from bench.pipeline import TERMINAL, Bench, Deployment, _metrics, _stage_means, arq_timings
 from bench.procs import MB, Sampler
-from pdfqueue import keys
+from pdfqueue.domain import keys
 from pdfqueue_dev.samples import Corpus
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -155,7 +155,7 @@ async def trials(admin: Path, op_kubeconfig: Path, n: int, interval_s: float | N
     }
     if interval_s is not None:
         env["PDFQUEUE_OPERATOR_SCALE_INTERVAL_S"] = str(interval_s)
-    command = ["-m", "pdfqueue.cli", "operator", "--standalone", f"--namespace={namespace}"]
+    command = ["-m", "pdfqueue.cli.main", "operator", "--standalone", f"--namespace={namespace}"]
     operator = await asyncio.create_subprocess_exec(
         sys.executable,
         *command,

@@ -22,11 +22,11 @@ from redis import Redis
 from bench import corpus
 from bench.documents import Density
 from bench.procs import Sampler, listener_pid
-from pdfqueue import keys
-from pdfqueue.client import Client
-from pdfqueue.db import connect
-from pdfqueue.provision import provision
-from pdfqueue.settings import Settings
+from pdfqueue.cli.client import Client
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.runtime.provision import provision
+from pdfqueue.stores.db import connect
 from pdfqueue_dev.processes import Child, free_port, free_ports, stop_all, wait_http, wait_until
 
 REQUIRED = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")

@@ -32,12 +32,12 @@ from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_pre
 from arq.jobs import serialize_result
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.fair import Dispatcher
-from pdfqueue.models import Outcome
-from pdfqueue.queue import Job, deserialize, serialize
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState, utcnow
+from pdfqueue.domain import keys
+from pdfqueue.domain.models import Outcome
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.fair import Dispatcher
+from pdfqueue.stores.queue import Job, deserialize, serialize
+from pdfqueue.stores.state import BatchState, utcnow
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TENANTS = 4

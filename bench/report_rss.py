@@ -26,7 +26,7 @@ import asyncpg
 from bench import corpus
 from bench.pipeline import Bench, Deployment
 from bench.procs import MB, Sampler
-from pdfqueue.models import BatchStatus
+from pdfqueue.domain.models import BatchStatus
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TENANT = "bench"

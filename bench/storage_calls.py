@@ -16,8 +16,8 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.storage import Storage
 
 
 async def _measure(calls: int, step: Callable[[int], Awaitable[None]]) -> tuple[float, float]:

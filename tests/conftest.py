@@ -15,9 +15,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from pdfqueue.db import connect, migrate
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.db import connect, migrate
+from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 from tests.support.helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 from tests.support.podsmode import pods_mode

@@ -15,10 +15,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.fair import Dispatcher
-from pdfqueue.queue import Job
-from pdfqueue.settings import Settings
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.fair import Dispatcher
+from pdfqueue.stores.queue import Job
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.kube_env import Cluster, StartOperator
 

@@ -11,9 +11,9 @@ import asyncpg
 import httpx
 import pytest
 
-from pdfqueue.db import _FILE_ORDER, _file_filters
-from pdfqueue.models import FileQuery
-from pdfqueue.settings import Settings
+from pdfqueue.domain.models import FileQuery
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.db import _FILE_ORDER, _file_filters
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker
 
 SOLO_TOKEN = "solo-test-token-00112233445566778899aabbccdd"

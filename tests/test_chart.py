@@ -20,7 +20,7 @@ from unittest.mock import patch
 import pytest
 import yaml
 
-from pdfqueue.settings import ARQ_TIMEOUT_MARGIN_S, Quota, Settings
+from pdfqueue.domain.settings import ARQ_TIMEOUT_MARGIN_S, Quota, Settings
 from tests.support.chartfix import CHART, ROOT, VARIANTS, Rendered, helm, template, values_file
 from tests.support.kubefix import KubeCluster
 

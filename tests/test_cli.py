@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pdfqueue.cli import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, build_parser, main
+from pdfqueue.cli.main import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, build_parser, main
 from pdfqueue_dev.processes import free_port
 from tests.support.helpers import ACME, ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 

@@ -33,7 +33,7 @@ import httpx
 import pytest
 import yaml
 
-from pdfqueue.models import TERMINAL
+from pdfqueue.domain.models import TERMINAL
 from pdfqueue_dev.processes import free_port, wait_until
 from pdfqueue_dev.samples import build_corpus, write_zip
 from tests.support.chartfix import CHART, HELM, KUBECTL, ROOT

@@ -13,11 +13,11 @@ import pytest
 from arq.constants import job_key_prefix
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.models import Outcome
-from pdfqueue.queue import Job, enqueue
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState, Recorded, utcnow
+from pdfqueue.domain import keys
+from pdfqueue.domain.models import Outcome
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.queue import Job, enqueue
+from pdfqueue.stores.state import BatchState, Recorded, Recording, utcnow
 from pdfqueue_dev.samples import CLEAN
 from tests.support.helpers import ACME, MakeCorpus, RunWorker, upload
 
@@ -44,19 +44,21 @@ async def test_outcome_is_counted_once(redis: Redis, settings: Settings) -> None
     batch = uuid.uuid4().hex  # keys refuse anything but a batch id
     await state.create(batch, "t", utcnow())
     assert await state.start(batch, 2, 0) == "PROCESSING"
-    assert await state.record(batch, [(0, Outcome.LINKED)]) == ([Recorded.COUNTED], "PROCESSING")
+    assert await state.record(batch, [(0, Outcome.LINKED)]) == Recording(
+        [Recorded.COUNTED], "PROCESSING"
+    )
     assert await state.unrecorded(batch, [0, 1]) == [1]
     # one call, several files: the repeat is not counted, the last file completes the batch
-    codes, final = await state.record(batch, [(0, Outcome.FAILED), (1, Outcome.SKIPPED_NO_MATCH)])
-    assert (codes, final) == ([Recorded.DUPLICATE, Recorded.COMPLETED_BATCH], "COMPLETED")
-    summary, _ = await state.read(batch)  # type: ignore[misc]
+    done = await state.record(batch, [(0, Outcome.FAILED), (1, Outcome.SKIPPED_NO_MATCH)])
+    assert done == Recording([Recorded.DUPLICATE, Recorded.COMPLETED_BATCH], "COMPLETED")
+    summary = (await state.read(batch)).summary  # type: ignore[union-attr]
     assert (summary.processed, summary.linked, summary.failed, summary.skipped_no_match) == (
         2,
         1,
         0,
         1,
     )
-    assert (await state.record(uuid.uuid4().hex, [(0, Outcome.LINKED)]))[0] == [Recorded.MISSING]
+    assert (await state.record(uuid.uuid4().hex, [(0, Outcome.LINKED)])).codes == [Recorded.MISSING]
 
 
 async def test_second_delivery_of_every_job_changes_nothing(
@@ -173,7 +175,7 @@ async def test_two_workers_racing_on_the_same_pdf_link_it_once(
     """Both deliveries of one job run at once (a stalled worker and its replacement)."""
     from arq.constants import job_key_prefix as jobs
 
-    from pdfqueue.queue import deserialize
+    from pdfqueue.stores.queue import deserialize
     from pdfqueue_worker.app import shutdown, startup
     from pdfqueue_worker.tasks import process
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from bench.labelled import ScanStyle, fpdf_doc, scan
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.samples import SampleUser, seed_users
 from tests.support.helpers import RunWorker, upload
 

@@ -15,10 +15,10 @@ import pytest
 from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.fair import Dispatcher, drop_pending, pending_jobs
-from pdfqueue.queue import Job
-from pdfqueue.settings import Settings
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.fair import Dispatcher, drop_pending, pending_jobs
+from pdfqueue.stores.queue import Job
 from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_dev.samples import Mix, build_corpus, render_pdf, seed_users
 from tests.support.helpers import GLOBEX, RunWorker, upload

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pdfqueue.retry import is_transient
+from pdfqueue.domain.errors import is_transient
 from pdfqueue_dev.samples import Expect
 from tests.support.faults import Run, Services, check_invariants, outage, prepare
 
@@ -47,7 +47,7 @@ def fault_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service
 async def run_factory(
     fault_services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[object]:
-    from pdfqueue.db import connect, migrate
+    from pdfqueue.stores.db import connect, migrate
 
     env = fault_services.env()
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
@@ -166,16 +166,15 @@ async def test_retry_after_storage_came_back_with_a_worker_killed_mid_round(
 async def start_round(run: Run) -> None:
     from redis.asyncio import Redis
 
-    from pdfqueue.db import Database, connect
-    from pdfqueue.retry import start_retry
-    from pdfqueue.state import BatchState
+    from pdfqueue.lifecycle import Lifecycle
+    from pdfqueue.stores.db import Database, connect
 
     s = run.settings
     pool = await connect(s.database_url, max_size=2)
     redis = Redis.from_url(s.redis_url)
     try:
-        db, state = Database(pool, s.users_table), BatchState(redis, s.batch_ttl_s)
-        await start_retry(db, state, redis, s.queue_name, run.batch_id, all_failed=False)
+        lifecycle = Lifecycle.of(Database(pool, s.users_table), redis, s)
+        await lifecycle.requeue(run.batch_id, all_failed=False)
     finally:
         await redis.aclose()
         await pool.close()

@@ -6,8 +6,9 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from pdfqueue import keys, metrics
-from pdfqueue.settings import Settings
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
 from pdfqueue_worker import heartbeat
 
 

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bench.labelled import SCAN_STYLES, Labelled, User, cached
-from pdfqueue.db import UserRow
-from pdfqueue.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.stores.db import UserRow
 from pdfqueue_worker.extract import Extraction, Extractor
 from pdfqueue_worker.matching import Verdict, choose
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pdfqueue.db import UserRow
-from pdfqueue.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.stores.db import UserRow
 from pdfqueue_worker.candidates import Candidate, Source
 from pdfqueue_worker.matching import Verdict, choose, placeholder, wanted
 

@@ -9,7 +9,7 @@ import pypdfium2 as pdfium
 import pytest
 
 from bench.labelled import ScanStyle, broken_pdf, fpdf_doc, layer_pdf, scan
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 from pdfqueue_worker import ocr
 from pdfqueue_worker.candidates import Source
 from pdfqueue_worker.extract import Extractor, read_pdf

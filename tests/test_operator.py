@@ -13,12 +13,11 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.batches import read_batch
-from pdfqueue.db import Database, connect
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.helpers import ACME, MakeCorpus, RunWorker, upload
 from tests.support.kube_env import Cluster, StartOperator
@@ -58,9 +57,9 @@ def accepted(status: dict[str, Any], obj: dict[str, Any]) -> bool:
 async def summary_of(settings: Settings, redis: Redis, batch_id: str) -> Any:
     pool = await connect(settings.database_url, max_size=1)
     try:
-        return await read_batch(
-            Database(pool, settings.users_table), BatchState(redis, 60), batch_id
-        )
+        lifecycle = Lifecycle.of(Database(pool, settings.users_table), redis, settings)
+        found = await lifecycle.read(batch_id)
+        return found.summary if found is not None else None
     finally:
         await pool.close()
 

@@ -13,8 +13,8 @@ import asyncpg
 import httpx
 import pytest
 
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.samples import CLEAN, Expect, render_pdf
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
 

@@ -25,8 +25,8 @@ import httpx
 import pytest
 import yaml
 
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import (
     Child,
     free_ports,
@@ -49,7 +49,7 @@ GRAFANA_VARIABLES = {
 }
 OPERATOR_STAND_IN = """
 import sys, time
-from pdfqueue import metrics
+from pdfqueue.observability import metrics
 metrics.register("operator")
 metrics.operator_observed(desired=2, ready=1)
 metrics.operator_scaled(1, 2)

@@ -8,8 +8,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from pdfqueue.queue import JOB_EXPIRES_MS
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.queue import JOB_EXPIRES_MS
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 

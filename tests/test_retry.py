@@ -13,9 +13,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.cli import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, main
-from pdfqueue.settings import Settings
+from pdfqueue.cli.main import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, main
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_dev.samples import CLEAN, Expect
 from tests.support.browser import DevTools

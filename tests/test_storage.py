@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pdfqueue.errors import ObjectNotFound, StorageError
-from pdfqueue.settings import Settings
-from pdfqueue.storage import Storage
+from pdfqueue.domain.errors import ObjectNotFound, StorageError
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import free_port
 
 DATA = b"%PDF-1.4 " + bytes(range(256)) * 40

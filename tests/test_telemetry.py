@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
 
-from pdfqueue.telemetry import log_handler, redact
-from pdfqueue.tracing import (
+from pdfqueue.observability.logging import log_handler, redact
+from pdfqueue.observability.tracing import (
     BATCH_ID,
     FILE_EVENT,
     FILES,
@@ -239,8 +239,8 @@ def test_errors_are_recorded_without_addresses(spans: InMemorySpanExporter) -> N
 
 
 EXPORT_ONE_SPAN = """
-from pdfqueue.settings import Settings
-from pdfqueue.tracing import TRACER, setup_tracing
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability.tracing import TRACER, setup_tracing
 provider = setup_tracing("pdfqueue-test", export=Settings().export_traces)
 TRACER.start_span("one").end()
 provider.shutdown()  # flushes the batch processor

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.processes import free_port
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 

@@ -19,8 +19,8 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from pdfqueue.errors import ConfigurationError
-from pdfqueue.settings import Settings
+from pdfqueue.domain.errors import ConfigurationError
+from pdfqueue.domain.settings import Settings
 from tests.support.helpers import ACME, GLOBEX, MakeCorpus, upload
 
 SECRET = "Zq7-leaked-if-you-see-me-9f8e7d6c5b4a"
@@ -45,7 +45,7 @@ async def serve(settings: Settings, **headers: str) -> AsyncIterator[httpx.Async
 def api_process(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`pdfqueue api` as a real process on a port nobody listens on; it must not get that far."""
     return subprocess.run(
-        [sys.executable, "-m", "pdfqueue.cli", "api", "--port", "9"],
+        [sys.executable, "-m", "pdfqueue.cli.main", "api", "--port", "9"],
         env=env,
         capture_output=True,
         text=True,

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.generation.modes import GenerationMode
 from schemathesis.python import asgi
 
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 from tests.support.helpers import ACME
 
 EXAMPLES = 20

@@ -10,9 +10,9 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from pdfqueue.expiry import UPLOADS_RULE_ID, uploads_rule, with_uploads_rule
-from pdfqueue.provision import provision
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
+from pdfqueue.runtime.provision import provision
+from pdfqueue.stores.storage.expiry import UPLOADS_RULE_ID, uploads_rule, with_uploads_rule
 
 
 def _lifecycle_code(bucket: str) -> str:
@@ -28,11 +28,11 @@ async def test_versitygw_has_no_lifecycle_so_migrate_warns_and_still_provisions(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
     """What the real versitygw (posix backend) does: NotImplemented. Migrate goes on, warns."""
-    with caplog.at_level(logging.WARNING, logger="pdfqueue.provision"):
+    with caplog.at_level(logging.WARNING, logger="pdfqueue.runtime.provision"):
         done = await provision(settings)
     assert done.uploads_expiry == "unsupported"
     assert done.storage == f"{settings.storage_url}/"
-    (record,) = [r for r in caplog.records if r.name == "pdfqueue.provision"]
+    (record,) = [r for r in caplog.records if r.name == "pdfqueue.runtime.provision"]
     assert record.levelno == logging.WARNING
     assert "has no lifecycle rules: uploads/ is never cleaned" in record.getMessage()
     assert "older than 7 days" in record.getMessage()
@@ -43,10 +43,10 @@ async def test_versitygw_has_no_lifecycle_so_migrate_warns_and_still_provisions(
 async def test_no_expiry_asked_means_no_rule_and_no_warning(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="pdfqueue.provision"):
+    with caplog.at_level(logging.WARNING, logger="pdfqueue.runtime.provision"):
         done = await provision(settings)
     assert done.uploads_expiry == "off"
-    assert [r for r in caplog.records if r.name == "pdfqueue.provision"] == []
+    assert [r for r in caplog.records if r.name == "pdfqueue.runtime.provision"] == []
 
 
 async def test_a_folder_store_warns_that_uploads_stay(
@@ -55,7 +55,7 @@ async def test_a_folder_store_warns_that_uploads_stay(
     folder = Settings(
         **{**settings.model_dump(), "storage_url": f"file://{tmp_path}/store", "api_tokens": {}}
     )
-    with caplog.at_level(logging.WARNING, logger="pdfqueue.provision"):
+    with caplog.at_level(logging.WARNING, logger="pdfqueue.runtime.provision"):
         done = await provision(folder)
     assert done.uploads_expiry == "unsupported"
     assert "has no lifecycle rules" in caplog.text

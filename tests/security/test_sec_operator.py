@@ -18,13 +18,12 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.batches import register_batch
-from pdfqueue.db import Database, connect
-from pdfqueue.errors import BatchConflict, InvalidBatchId, SourceOutsideBucket, UnsafeSource
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import BatchConflict, InvalidBatchId, SourceOutsideBucket, UnsafeSource
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
 from tests.support.kube_env import Cluster, StartOperator
@@ -396,13 +395,10 @@ async def test_live_state_is_never_created_with_another_tenant_than_postgresql_h
     await redis.delete(keys.batch(victim))  # its live state expired
     pool = await connect(settings.database_url, max_size=1)
     try:
+        lifecycle = Lifecycle.of(Database(pool, settings.users_table), redis, settings)
         for tenant, uid in (("globex", None), ("acme", "not-the-api")):
             with pytest.raises(BatchConflict):
-                await register_batch(
-                    Database(pool, settings.users_table),
-                    BatchState(redis, 60),
-                    redis,
-                    settings.queue_name,
+                await lifecycle.register(
                     batch_id=victim,
                     tenant=tenant,
                     source_key=f"uploads/{victim}.zip",

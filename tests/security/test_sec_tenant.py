@@ -20,11 +20,11 @@ import pytest
 from arq.constants import result_key_prefix
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.models import BatchStatus
-from pdfqueue.queue import Job, deserialize, enqueue, remove
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
+from pdfqueue.domain import keys
+from pdfqueue.domain.models import BatchStatus
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.queue import Job, deserialize, enqueue, remove
+from pdfqueue.stores.state import BatchState
 from pdfqueue_dev.samples import CLEAN, build_corpus, write_zip
 from tests.support.helpers import GLOBEX, GLOBEX_TOKEN, MakeCorpus, RunWorker, upload
 

@@ -16,13 +16,12 @@ import pytest
 from fpdf import FPDF
 from redis.asyncio import Redis
 
-from pdfqueue.batches import register_batch
-from pdfqueue.db import Database, connect
-from pdfqueue.errors import DirectoryTooLarge
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
-from pdfqueue.zipdir import DirectoryLimits, count_entries
+from pdfqueue.domain.errors import DirectoryTooLarge
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
 from pdfqueue_dev.samples import seed_users
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extract import Extractor
@@ -232,11 +231,7 @@ async def test_ingest_fails_a_huge_directory_with_its_reason_and_nothing_else(
     batch_id = uuid.uuid4().hex
     pool = await connect(settings.database_url, max_size=2)
     try:
-        await register_batch(
-            Database(pool, settings.users_table),
-            BatchState(redis, settings.batch_ttl_s),
-            redis,
-            settings.queue_name,
+        await Lifecycle.of(Database(pool, settings.users_table), redis, settings).register(
             batch_id=batch_id,
             tenant="acme",
             source_key=source,

@@ -17,7 +17,7 @@ import uvicorn
 import websockets
 from fastapi import FastAPI
 
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.processes import free_port
 
 ROOT = Path(__file__).parents[2]

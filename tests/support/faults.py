@@ -14,12 +14,11 @@ from typing import Any
 
 import asyncpg
 
-from pdfqueue.batches import register_batch
-from pdfqueue.db import Database, connect
-from pdfqueue.models import COUNTERS
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
+from pdfqueue.domain.models import COUNTERS
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import Child, free_ports, wait_until_async
 from pdfqueue_dev.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
 
@@ -90,7 +89,7 @@ class Run:
 
     def start_worker(self) -> Child:
         """A worker in its own process group, like a pod."""
-        argv = [sys.executable, "-m", "pdfqueue.cli", "worker"]
+        argv = [sys.executable, "-m", "pdfqueue.cli.main", "worker"]
         worker = Child(f"worker-{len(self.workers)}", argv, {**os.environ, **self.env}, self.logs)
         self.workers.append(worker)
         return worker
@@ -156,11 +155,7 @@ async def prepare(env: dict[str, str], n: int, seed: int, logs: Path) -> Run:
     from redis.asyncio import Redis
 
     redis = Redis.from_url(settings.redis_url)
-    await register_batch(
-        Database(pool, settings.users_table),
-        BatchState(redis, settings.batch_ttl_s),
-        redis,
-        settings.queue_name,
+    await Lifecycle.of(Database(pool, settings.users_table), redis, settings).register(
         batch_id=run.batch_id,
         tenant="faults",
         source_key=f"uploads/{run.batch_id}.zip",
@@ -175,7 +170,7 @@ async def check_invariants(run: Run) -> None:
     s = run.settings
     from redis.asyncio import Redis
 
-    from pdfqueue import keys
+    from pdfqueue.domain import keys
 
     conn = await asyncpg.connect(s.database_url)
     redis = Redis.from_url(s.redis_url)

@@ -25,7 +25,7 @@ import httpx
 import pytest
 import yaml
 
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.processes import free_port, wait_until_async
 from tests.support.kubefix import KubeCluster
 
@@ -263,7 +263,7 @@ async def start_operator(
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "pdfqueue.cli",
+                "pdfqueue.cli.main",
                 "operator",
                 "--standalone",
                 f"--namespace={namespace}",

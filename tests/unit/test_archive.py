@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pdfqueue.errors import ArchiveRejected, NotAZipArchive
-from pdfqueue.storage import Backend, FileBackend
+from pdfqueue.domain.errors import ArchiveRejected, NotAZipArchive
+from pdfqueue.stores.storage import Backend
+from pdfqueue.stores.storage.local import FileBackend
 from pdfqueue_worker.archive import (
     Limits,
     Member,

@@ -13,11 +13,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
-from redis.asyncio import Redis
 
-from pdfqueue.background import cancel_and_wait
-from pdfqueue.gauges import QueueGauges
-from pdfqueue_operator.runtime import Loop
+from pdfqueue.observability.periodic import Periodic, cancel_and_wait
 
 DELAYS = range(12)  # loop iterations between the end of a tick and the cancel
 
@@ -49,34 +46,17 @@ async def stops_promptly(
     return bool(done)
 
 
-class GatedGauges(QueueGauges):
-    gate: Gate
-
-    async def poll(self) -> None:
-        await self.gate.tick()
-
-
 @pytest.mark.parametrize("delay", DELAYS)
-async def test_queue_gauges_stop_even_as_a_poll_ends(delay: int) -> None:
-    gauges = GatedGauges(Redis(), "unit-q", interval_s=60)  # the client is never used
-    gauges.gate = Gate()
-    stopped = await stops_promptly(gauges.start, gauges.stop, gauges.gate, delay)
-    if not stopped and gauges._task is not None:
-        gauges._task.cancel()  # the swallowed cancel, again, so nothing outlives the test
-    assert stopped
-    assert gauges._task is None
-
-
-@pytest.mark.parametrize("delay", DELAYS)
-async def test_operator_loops_stop_even_as_a_step_ends(delay: int) -> None:
+async def test_periodic_loops_stop_even_as_a_step_ends(delay: int) -> None:
+    """Every background loop (dispatch tick, gauges, heartbeat, event feed, operator loops) is a
+    Periodic: stopping one ends it whenever the stop lands."""
     gate = Gate()
-    loop = Loop("unit", interval_s=60, step=gate.tick)
+    loop = Periodic("unit", interval_s=60, step=gate.tick)
     stopped = await stops_promptly(loop.start, loop.stop, gate, delay)
-    assert loop.task is not None
-    if not stopped:
-        loop.task.cancel()
+    if not stopped and loop._task is not None:
+        loop._task.cancel()  # the swallowed cancel, again, so nothing outlives the test
     assert stopped
-    assert loop.task.done()
+    assert loop._task is None
 
 
 async def test_a_loop_that_loses_a_cancel_is_cancelled_again() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pdfqueue.models import BatchStatus, BatchSummary
+from pdfqueue.domain.models import BatchStatus, BatchSummary
 from pdfqueue_operator import status
 from pdfqueue_operator.status import ACCEPTED, FINISHED, progress, rejected, with_condition
 
@@ -67,6 +67,7 @@ def test_a_running_batch_shows_its_counters_in_camel_case(frozen_now: str) -> No
         "linked": 2,
         "skippedNoMatch": 1,
         "skippedAlreadyExists": 0,
+        "skippedAmbiguous": 0,
         "failed": 1,
         "ignored": 3,
         "message": "4 of 10 files processed",

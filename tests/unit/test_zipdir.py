@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pdfqueue.errors import DirectoryTooLarge, NotAZipArchive
-from pdfqueue.storage import FileBackend
-from pdfqueue.zipdir import (
+from pdfqueue.domain.errors import DirectoryTooLarge, NotAZipArchive
+from pdfqueue.stores.storage.local import FileBackend
+from pdfqueue.stores.zipdir import (
     READ_CHUNK_BYTES,
     DirectoryLimits,
     count_entries,

@@ -14,29 +14,18 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, statu
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
-from redis.asyncio import Redis
-from starlette.requests import ClientDisconnect
 
-from pdfqueue import metrics
-from pdfqueue.advice import ADVICE
-from pdfqueue.csvsafe import csv_line
-from pdfqueue.db import Database, connect
-from pdfqueue.errors import (
+from pdfqueue.domain.advice import ADVICE
+from pdfqueue.domain.csvsafe import csv_line
+from pdfqueue.domain.errors import (
     ArchiveTooLarge,
-    BatchNotFound,
-    BatchNotRetryable,
-    DirectoryTooLarge,
-    InvalidBatchId,
-    InvalidCursor,
-    NotAZipArchive,
     PdfQueueError,
-    QuotaExceeded,
     ServiceUnavailable,
-    UnsafeCallback,
+    UnsupportedMediaType,
+    UploadAborted,
 )
-from pdfqueue.gauges import QueueGauges
-from pdfqueue.keys import BATCH_ID_PATTERN
-from pdfqueue.models import (
+from pdfqueue.domain.keys import BATCH_ID_PATTERN
+from pdfqueue.domain.models import (
     TERMINAL,
     BatchPage,
     BatchSummary,
@@ -46,17 +35,18 @@ from pdfqueue.models import (
     FileSort,
     Outcome,
 )
-from pdfqueue.queue import check_durability
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
+from pdfqueue.runtime.gauges import QueueGauges
+from pdfqueue.runtime.stores import API, Stores
+from pdfqueue.stores.queue import check_durability
 from pdfqueue_api.auth import require_tenant
 from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, event_id
 from pdfqueue_api.headers import SecurityHeadersMiddleware
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
 from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S, BatchService
-from pdfqueue_api.upload import ZIP_TYPES, FormFileReader, UnsupportedMediaType
+from pdfqueue_api.upload import ZIP_TYPES, FormFileReader
 
 log = logging.getLogger(__name__)
 Tenant = Annotated[str, Depends(require_tenant)]
@@ -106,12 +96,6 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Problem, "description": ERRORS[code]} for code in codes}
 
 
-def producer_redis(url: str) -> Redis:
-    """Producers fail fast: an HTTP handler must never hang on a dead Redis."""
-    client: Redis = Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
-    return client
-
-
 def kube_publisher(settings: Settings) -> PdfBatchPublisher | None:
     """Kubernetes mode: the API also creates a PdfBatch per upload in this namespace."""
     if not settings.kubernetes_namespace:
@@ -128,25 +112,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.allow_anonymous:
             log.warning("PDFQUEUE_ALLOW_ANONYMOUS: the API accepts requests without a token")
-        redis = producer_redis(settings.redis_url)
+        stores = await Stores.open(settings, API)
         try:
-            for problem in await check_durability(redis):
+            for problem in await check_durability(stores.redis):
                 log.warning("REDIS IS NOT SAFE FOR A QUEUE: %s", problem)
         except Exception as exc:  # Redis down at start: /readyz says so until it is back
             log.warning("redis not reachable at start: %r", exc)
-        pool = await connect(settings.database_url, min_size=0, max_size=10)
-        storage = Storage.from_settings(settings, threads=16)
         publisher = kube_publisher(settings)
         app.state.settings = settings
         app.state.service = BatchService(
-            settings,
-            redis,
-            BatchState(redis, settings.batch_ttl_s),
-            Database(pool, settings.users_table),
-            storage,
-            publisher,
+            settings, stores.redis, stores.lifecycle, stores.db, stores.storage, publisher
         )
-        gauges = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
+        gauges = QueueGauges(stores.redis, settings.queue_name, settings.metrics_interval_s)
         gauges.start()
         app.state.feed = BatchFeed(
             app.state.service.read, settings.events_interval_s, settings.max_event_streams
@@ -159,9 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await gauges.stop()
             if publisher is not None:
                 await publisher.close()
-            await storage.aclose()
-            await pool.close()
-            await redis.aclose()
+            await stores.close()
 
     app = FastAPI(
         title="pdfqueue",
@@ -345,7 +320,7 @@ def _add_routes(app: FastAPI) -> None:
     async def readyz(service: Service) -> JSONResponse:
         """ok/error per dependency; anyone may ask, so the why goes to the log only."""
         checks = {
-            "redis": service.redis.ping(),
+            "redis": service.lifecycle.ping(),
             "postgresql": service.db.check(),
             "storage": service.storage.check(),
         }
@@ -457,35 +432,14 @@ async def _csv(first: FileResult | None, rest: AsyncIterator[FileResult]) -> Asy
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    def problem(code: int, message: str) -> JSONResponse:
-        return JSONResponse({"detail": message}, status_code=code)
-
-    by_type: list[tuple[type[Exception], int]] = [
-        (InvalidCursor, 400),
-        (BatchNotFound, 404),
-        (BatchNotRetryable, 409),
-        (ArchiveTooLarge, 413),
-        (DirectoryTooLarge, 413),
-        (UnsupportedMediaType, 415),
-        (NotAZipArchive, 422),
-        (InvalidBatchId, 422),
-        (UnsafeCallback, 422),
-        (ServiceUnavailable, 503),
-    ]
-    for exc_type, code in by_type:
-        app.add_exception_handler(exc_type, lambda _r, e, code=code: problem(code, str(e)))
-
-    @app.exception_handler(QuotaExceeded)
-    async def over_quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
-        response = problem(429, str(exc))
-        response.headers["Retry-After"] = str(exc.retry_after_s)
-        return response
-
-    @app.exception_handler(ClientDisconnect)
-    async def disconnected(_request: Request, _exc: ClientDisconnect) -> Response:
-        log.info("client disconnected mid-upload; the partial upload was removed")
-        return Response(status_code=499)
-
     @app.exception_handler(PdfQueueError)
-    async def other(_request: Request, exc: PdfQueueError) -> JSONResponse:
-        return problem(400, str(exc))
+    async def problem(_request: Request, exc: PdfQueueError) -> Response:
+        """Every error of ours answers its own status, with its own headers."""
+        if isinstance(exc, UploadAborted):
+            log.info("client disconnected mid-upload; the partial upload was removed")
+            return Response(status_code=exc.http_status)
+        if exc.http_status >= 500:
+            log.warning("answering %d: %r", exc.http_status, exc, exc_info=exc.__cause__)
+        return JSONResponse(
+            {"detail": exc.public_detail()}, status_code=exc.http_status, headers=exc.headers()
+        )

@@ -18,10 +18,10 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
-    from pdfqueue.errors import ConfigurationError
-    from pdfqueue.settings import Settings
-    from pdfqueue.telemetry import setup_logging
-    from pdfqueue.tracing import setup_tracing
+    from pdfqueue.domain.errors import ConfigurationError
+    from pdfqueue.domain.settings import Settings
+    from pdfqueue.observability.logging import setup_logging
+    from pdfqueue.observability.tracing import setup_tracing
     from pdfqueue_api.app import create_app
 
     setup_logging()

@@ -7,8 +7,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from pdfqueue.background import cancel_and_wait
-from pdfqueue.models import TERMINAL, BatchSummary
+from pdfqueue.domain.models import TERMINAL, BatchSummary
+from pdfqueue.observability.periodic import Periodic
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 15.0
@@ -57,17 +57,20 @@ class BatchFeed:
     interval_s: float
     max_streams: int
     watchers: dict[str, set[Subscriber]] = field(default_factory=dict)
-    _task: asyncio.Task[None] | None = None
+    _loop: Periodic | None = None
 
     @property
     def streams(self) -> int:
         return sum(len(s) for s in self.watchers.values())
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="batch-feed")
+        # a dependency hiccup: streams wait for the next tick
+        self._loop = Periodic("batch-feed", self.interval_s, self.tick)
+        self._loop.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        if self._loop is not None:
+            await self._loop.stop()
 
     def subscribe(self, summary: BatchSummary) -> Subscriber:
         subscriber = Subscriber(summary)
@@ -80,14 +83,6 @@ class BatchFeed:
         watching.discard(subscriber)
         if not watching:
             self.watchers.pop(batch_id, None)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.tick()
-            except Exception:  # a dependency hiccup: streams wait for the next tick
-                log.exception("batch feed tick failed")
 
     async def tick(self) -> None:
         """Read every watched batch once and hand each changed state to its streams."""

@@ -9,7 +9,7 @@ from kubernetes.aio import client, config
 from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.config.config_exception import ConfigException
 
-from pdfqueue.pdfbatch import GROUP, PLURAL, VERSION, manifest
+from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION, manifest
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 2.0

@@ -4,8 +4,9 @@ FastAPI (>= 0.165) makes the server span natively: W3C `traceparent` in, route t
 the name, semantic-convention attributes, nothing recorded but the error type on failure.
 That beats a span of our own and needs no instrumentation package. We turn off the parts
 that would duplicate ours: its OTel metrics (we export Prometheus), its OTel exception logs
-(messages we could not redact), its environment auto-configuration (pdfqueue.tracing owns
-the exporter) and its per-dependency spans (one API span per request keeps traces short).
+(messages we could not redact), its environment auto-configuration
+(pdfqueue.observability.tracing owns the exporter) and its per-dependency spans (one API span
+per request keeps traces short).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from fastapi.telemetry import TelemetryConfig
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pdfqueue import metrics, tracing
+from pdfqueue.observability import metrics, tracing
 
 UNTRACED = frozenset({"/metrics", "/healthz", "/readyz"})
 """Probes and scrapes arrive every few seconds and say nothing: measured, not traced."""

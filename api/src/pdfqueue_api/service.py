@@ -15,22 +15,32 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
-from asyncpg import InterfaceError, PostgresError
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from starlette.requests import ClientDisconnect
 
-from pdfqueue import keys, tracing, webhooks
-from pdfqueue.batches import cancel_batch, read_batch, register_batch, settle
-from pdfqueue.db import Database
-from pdfqueue.errors import BatchNotFound, InvalidCursor, ServiceUnavailable, UnsafeCallback
-from pdfqueue.models import TERMINAL, BatchPage, BatchSummary, FilePage, FileQuery, FileResult
-from pdfqueue.queue import remove
-from pdfqueue.quotas import Admission, Quotas
-from pdfqueue.retry import start_retry
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
-from pdfqueue.zipdir import DirectoryLimits
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import (
+    InvalidCursor,
+    ServiceUnavailable,
+    UnsafeCallback,
+    UploadAborted,
+)
+from pdfqueue.domain.models import (
+    TERMINAL,
+    BatchPage,
+    BatchSummary,
+    FilePage,
+    FileQuery,
+    FileResult,
+)
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.observability import tracing
+from pdfqueue.stores import webhooks
+from pdfqueue.stores.db import Database
+from pdfqueue.stores.quotas import Admission, Quotas
+from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.zipdir import DirectoryLimits
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.upload import display_name, store_upload
 
@@ -41,15 +51,11 @@ HIDDEN_FROM_TENANTS = {"user_id": None, "object_key": None}
 T = TypeVar("T")
 
 
-def upload_key(batch_id: str) -> str:
-    return f"uploads/{batch_id}.zip"
-
-
 @dataclass
 class BatchService:
     settings: Settings
     redis: Redis
-    state: BatchState
+    lifecycle: Lifecycle
     db: Database
     storage: Storage
     publisher: PdfBatchPublisher | None = None
@@ -90,7 +96,7 @@ class BatchService:
 
     async def ping(self) -> None:
         """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down."""
-        await _guard("redis", self.redis.ping())
+        await _guard("redis", self.lifecycle.ping())
         await _guard("postgresql", self.db.check())
 
     async def create(
@@ -111,15 +117,18 @@ class BatchService:
         tracing.annotate(batch_id=batch_id)
         if callback:  # kept first, so the batch can never complete without it
             await _guard("postgresql", webhooks.remember(self.db, batch_id, callback))
-        key = upload_key(batch_id)
-        await store_upload(
-            self.storage,
-            key,
-            chunks,
-            max_bytes=self.settings.max_upload_bytes,
-            part_bytes=self.settings.upload_part_bytes,
-            directory_limits=DirectoryLimits.from_settings(self.settings),
-        )
+        key = keys.upload(batch_id)
+        try:
+            await store_upload(
+                self.storage,
+                key,
+                chunks,
+                max_bytes=self.settings.max_upload_bytes,
+                part_bytes=self.settings.upload_part_bytes,
+                directory_limits=DirectoryLimits.from_settings(self.settings),
+            )
+        except ClientDisconnect as exc:
+            raise UploadAborted from exc
         try:
             await self._register(batch_id, tenant, key, display_name(name()))
         except BaseException:
@@ -133,11 +142,7 @@ class BatchService:
     async def _register(self, batch_id: str, tenant: str, key: str, file_name: str | None) -> None:
         await _guard(
             "queue",
-            register_batch(
-                self.db,
-                self.state,
-                self.redis,
-                self.settings.queue_name,
+            self.lifecycle.register(
                 batch_id=batch_id,
                 tenant=tenant,
                 source_key=key,
@@ -146,40 +151,24 @@ class BatchService:
         )
 
     async def _undo(self, batch_id: str, key: str) -> None:
-        for step in (
-            self.storage.delete(key),
-            self.db.delete_batch(batch_id),
-            webhooks.forget(self.db, batch_id),
-            self.redis.delete(keys.batch(batch_id), keys.outcomes(batch_id)),
-            remove(self.redis, self.settings.queue_name, [keys.ingest_job(batch_id)]),
-        ):
-            try:
+        for step in (self.storage.delete(key), webhooks.forget(self.db, batch_id)):
+            try:  # best effort: the service that failed may still be down
                 await asyncio.wait_for(step, DEPENDENCY_TIMEOUT_S)
-            except Exception as exc:  # best effort: the service that failed may still be down
+            except Exception as exc:
                 log.warning("clean-up step failed: %r", exc, extra={"batch_id": batch_id})
+        await self.lifecycle.unregister(batch_id, DEPENDENCY_TIMEOUT_S)
 
     async def get(self, tenant: str, batch_id: str) -> BatchSummary:
-        live = await _guard("redis", self.state.read(batch_id))
-        if live is not None:
-            summary, owner = live
-        else:
-            durable = await _guard("postgresql", self.db.batch(batch_id))
-            if durable is None:
-                raise BatchNotFound(batch_id)
-            summary, owner, _ = durable
-        if owner != tenant:
-            raise BatchNotFound(batch_id)
-        return summary
+        """The batch of `tenant` (404 for unknown batches and everybody else's)."""
+        return await _guard("batch state", self.lifecycle.read_for(tenant, batch_id))
 
     async def cancel(self, tenant: str, batch_id: str) -> BatchSummary:
         """Drop pending work; running jobs finish and are counted; the batch ends CANCELLED."""
         summary = await self.get(tenant, batch_id)
         if summary.status in TERMINAL:  # maybe only in Redis: an earlier cancel may have died
-            await _guard("queue", settle(self.db, self.state, batch_id))
+            await _guard("queue", self.lifecycle.settle(batch_id))
             return summary
-        dropped = await cancel_batch(
-            self.db, self.state, self.redis, self.settings.queue_name, batch_id
-        )
+        dropped = await self.lifecycle.cancel(batch_id)
         log.info("batch cancelled, %d pending jobs dropped", dropped, extra={"batch_id": batch_id})
         return await self.get(tenant, batch_id)
 
@@ -188,14 +177,7 @@ class BatchService:
         await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
         await _guard(
             "queue",
-            start_retry(
-                self.db,
-                self.state,
-                self.redis,
-                self.settings.queue_name,
-                batch_id,
-                all_failed=all_failed,
-            ),
+            self.lifecycle.requeue(batch_id, all_failed=all_failed),
         )
         log.info("batch retry started", extra={"batch_id": batch_id})
         return await self.get(tenant, batch_id)
@@ -213,15 +195,9 @@ class BatchService:
         rows = await _guard(
             "postgresql", self.db.list_batches(tenant, before=before, limit=limit + 1)
         )
-        page = [await self._live(row) for row in rows[:limit]]
+        page = [await _guard("redis", self.lifecycle.live(row)) for row in rows[:limit]]
         more = len(rows) > limit
         return BatchPage(batches=page, next_cursor=encode_cursor(page[-1]) if more else None)
-
-    async def _live(self, row: BatchSummary) -> BatchSummary:
-        if row.status in TERMINAL:
-            return row
-        live = await _guard("redis", self.state.read(row.batch_id))
-        return live[0].model_copy(update={"file_name": row.file_name}) if live else row
 
     async def file_page(self, tenant: str, batch_id: str, query: FileQuery) -> FilePage:
         """One page of the report, filtered and sorted in PostgreSQL (an index each)."""
@@ -236,7 +212,8 @@ class BatchService:
 
     async def read(self, batch_id: str) -> BatchSummary | None:
         """A batch's state for the event feed (the tenant was checked when the stream opened)."""
-        return await _guard("redis", read_batch(self.db, self.state, batch_id))
+        found = await _guard("batch state", self.lifecycle.read(batch_id))
+        return found.summary if found is not None else None
 
 
 def encode_cursor(last: BatchSummary) -> str:
@@ -261,15 +238,9 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 async def _guard(service: str, awaitable: Awaitable[T]) -> T:
-    """Await a dependency call with a deadline; any failure of it becomes a 503."""
+    """Await a store call with a deadline: no answer in time is a 503 (the stores type their
+    own failures)."""
     try:
         return await asyncio.wait_for(awaitable, DEPENDENCY_TIMEOUT_S)
-    except (
-        TimeoutError,
-        OSError,
-        ConnectionError,
-        RedisError,
-        PostgresError,
-        InterfaceError,
-    ) as exc:
-        raise ServiceUnavailable(service, repr(exc)) from exc
+    except TimeoutError as exc:
+        raise ServiceUnavailable(service, f"no answer within {DEPENDENCY_TIMEOUT_S:g} s") from exc

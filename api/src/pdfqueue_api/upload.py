@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from pdfqueue.errors import ArchiveTooLarge, NotAZipArchive
-from pdfqueue.storage import Storage
-from pdfqueue.zipdir import DirectoryLimits, count_entries
+from pdfqueue.domain.errors import ArchiveTooLarge, NotAZipArchive, UnsupportedMediaType
+from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a first member, or an empty archive
 ZIP_TYPES = {"application/zip", "application/x-zip-compressed", "application/octet-stream"}
@@ -28,10 +28,6 @@ def display_name(raw: str | None) -> str | None:
     last = raw.replace("\\", "/").rsplit("/", maxsplit=1)[-1]
     kept = "".join(c for c in last if not unicodedata.category(c).startswith("C"))
     return kept.strip()[:MAX_NAME_CHARS].strip() or None
-
-
-class UnsupportedMediaType(Exception):
-    """The body is neither multipart/form-data nor a raw ZIP."""
 
 
 class FormFileReader:

@@ -16,7 +16,7 @@ value, never its content: tokens and passwords must not reach a CI log.
 
 {{/*
 The shutdown rule: terminationGracePeriodSeconds > jobCompletionWaitSeconds > jobTimeoutSeconds + 5
-(arq's hard limit is the job's own deadline plus 5 s; see pdfqueue.settings.ARQ_TIMEOUT_MARGIN_S).
+(arq's hard limit is the job's own deadline plus 5 s; see pdfqueue.domain.settings.ARQ_TIMEOUT_MARGIN_S).
 */}}
 {{- define "pdfqueue.validateShutdown" -}}
 {{- $w := .Values.worker }}

@@ -15,10 +15,8 @@ from typing import Any
 import asyncpg
 from rich.console import Console
 
-from pdfqueue.cli import follow, print_summary  # the CLI's own progress display
-from pdfqueue.client import Client
-from pdfqueue.provision import provision
-from pdfqueue.settings import Settings
+from pdfqueue.domain.settings import Settings
+from pdfqueue.runtime.provision import provision
 from pdfqueue_dev.processes import Child, ChildExited, stop_all, wait_http
 from pdfqueue_dev.samples import build_corpus, seed_users, write_zip
 
@@ -45,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
 def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
     """Run the whole pipeline once; with `wait`, keep serving until Ctrl-C."""
+    from pdfqueue.cli.client import Client
+    from pdfqueue.cli.main import follow, print_summary  # the CLI's own progress display
+
     env = {**os.environ, "PDFQUEUE_USERS_TABLE": DEMO_TABLE}
     settings = Settings(users_table=DEMO_TABLE)
     token = os.environ.get("PDFQUEUE_TOKEN")
@@ -106,4 +107,4 @@ async def _prepare(settings: Settings, files: int, zip_path: Path, *, generate: 
 
 
 def _spawn(args: list[str], env: dict[str, str], name: str) -> Child:
-    return Child(name, [sys.executable, "-m", "pdfqueue.cli", *args], env, STATE)
+    return Child(name, [sys.executable, "-m", "pdfqueue.cli.main", *args], env, STATE)

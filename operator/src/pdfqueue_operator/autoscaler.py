@@ -10,7 +10,7 @@ added again from anywhere else: counting in-progress keys as well would double c
 A job whose worker was killed keeps its past score and so keeps counting until it is rerun.
 
 Fair dispatch keeps most of a big batch out of the queue as pending work, released in small
-windows; that work is added (`pdfqueue.fair.pending_jobs`), so the fleet still scales out
+windows; that work is added (`pdfqueue.stores.fair.pending_jobs`), so the fleet still scales out
 for the whole backlog.
 """
 
@@ -25,9 +25,10 @@ from typing import Any
 import kopf
 from redis.asyncio import Redis
 
-from pdfqueue import keys, metrics
-from pdfqueue.fair import pending_jobs
-from pdfqueue.settings import Settings
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
+from pdfqueue.stores.fair import pending_jobs
 from pdfqueue_operator.kube import Kube
 from pdfqueue_operator.scaling import History, InvalidPolicy, ScalePolicy, decide
 

@@ -20,8 +20,8 @@ def run(args: argparse.Namespace) -> int:
 
     import kopf
 
-    from pdfqueue.settings import Settings
-    from pdfqueue.telemetry import setup_logging
+    from pdfqueue.domain.settings import Settings
+    from pdfqueue.observability.logging import setup_logging
 
     setup_logging()
     importlib.import_module("pdfqueue_operator")  # registers the handlers

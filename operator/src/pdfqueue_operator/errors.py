@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdfqueue.errors import PermanentError
+from pdfqueue.domain.errors import PermanentError
 
 
 class TenantNotAllowed(PermanentError):

@@ -16,10 +16,10 @@ from typing import Any
 
 import kopf
 
-from pdfqueue.errors import ObjectNotFound, PermanentError
-from pdfqueue.pdfbatch import GROUP, PLURAL, VERSION
-from pdfqueue.settings import Settings
-from pdfqueue.telemetry import setup_logging
+from pdfqueue.domain.errors import ObjectNotFound, PermanentError
+from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability.logging import setup_logging
 from pdfqueue_operator.autoscaler import Key, WorkerDeployment
 from pdfqueue_operator.model import PdfBatchObject
 from pdfqueue_operator.runtime import Operator

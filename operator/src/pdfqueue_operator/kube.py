@@ -13,7 +13,7 @@ from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.client.models import CoreV1Event
 from kubernetes.aio.config.config_exception import ConfigException
 
-from pdfqueue.pdfbatch import GROUP, PLURAL, VERSION
+from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION
 from pdfqueue_operator.model import ObjectRef
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pdfqueue.pdfbatch import BATCH_ID_ANNOTATION, DEFAULT_TENANT
+from pdfqueue.domain.pdfbatch import BATCH_ID_ANNOTATION, DEFAULT_TENANT
 
 
 class PdfBatchSpec(BaseModel):

@@ -12,15 +12,14 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from pdfqueue import keys
-from pdfqueue.batches import cancel_batch, read_batch, register_batch
-from pdfqueue.db import Database
-from pdfqueue.errors import ObjectNotFound
-from pdfqueue.models import TERMINAL, BatchSummary
-from pdfqueue.pdfbatch import DEFAULT_TENANT
-from pdfqueue.settings import Settings, valid_tenant
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import ObjectNotFound
+from pdfqueue.domain.models import TERMINAL, BatchSummary
+from pdfqueue.domain.pdfbatch import DEFAULT_TENANT
+from pdfqueue.domain.settings import Settings, valid_tenant
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.stores.db import Database
+from pdfqueue.stores.storage import Storage
 from pdfqueue_operator.errors import BatchNotAdoptable, SourceNotAllowed, TenantNotAllowed
 from pdfqueue_operator.kube import Kube
 from pdfqueue_operator.model import ObjectRef, PdfBatchObject
@@ -35,7 +34,7 @@ class BatchReconciler:
     settings: Settings
     redis: Redis
     db: Database
-    state: BatchState
+    lifecycle: Lifecycle
     storage: Storage
     kube: Kube
     own_namespace: str | None = None
@@ -91,7 +90,8 @@ class BatchReconciler:
             summary = await self._register(obj, batch_id, tenant, key)
         if summary.status not in TERMINAL:
             await self.redis.hset(self.tracking_key, batch_id, obj.ref.dumps())  # type: ignore[misc]
-        return await read_batch(self.db, self.state, batch_id) or summary
+        found = await self.lifecycle.read(batch_id)
+        return found.summary if found is not None else summary
 
     async def _register(
         self, obj: PdfBatchObject, batch_id: str, tenant: str, key: str
@@ -99,14 +99,10 @@ class BatchReconciler:
         folder = f"{self.settings.operator_source_prefix}{tenant}/"
         if not key.startswith(folder):  # the key's segments are checked: a text prefix will do
             raise SourceNotAllowed(obj.spec.source, self.storage.url(folder))
-        known = await read_batch(self.db, self.state, batch_id)
+        known = await self.lifecycle.read(batch_id)
         if known is None and not await self.storage.exists(key):
             raise ObjectNotFound(obj.spec.source)
-        return await register_batch(
-            self.db,
-            self.state,
-            self.redis,
-            self.settings.queue_name,
+        return await self.lifecycle.register(
             batch_id=batch_id,
             tenant=tenant,
             source_key=key,
@@ -121,12 +117,10 @@ class BatchReconciler:
         """
         if not keys.is_batch_id(batch_id) or await self.db.pdfbatch_uid(batch_id) != uid:
             return None
-        summary = await read_batch(self.db, self.state, batch_id)
+        found = await self.lifecycle.read(batch_id)
         dropped = None
-        if summary is not None and summary.status not in TERMINAL:
-            dropped = await cancel_batch(
-                self.db, self.state, self.redis, self.settings.queue_name, batch_id
-            )
+        if found is not None and found.summary.status not in TERMINAL:
+            dropped = await self.lifecycle.cancel(batch_id)
             log.info("PdfBatch deleted: batch %s cancelled, %d jobs dropped", batch_id, dropped)
         await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
         self._written.pop(batch_id, None)
@@ -146,10 +140,11 @@ class BatchReconciler:
                 log.exception("could not mirror batch %s", batch_id)
 
     async def _mirror_one(self, batch_id: str, ref: ObjectRef) -> None:
-        summary = await read_batch(self.db, self.state, batch_id)
-        if summary is None:  # its rows were deleted: nothing left to mirror
+        found = await self.lifecycle.read(batch_id)
+        if found is None:  # its rows were deleted: nothing left to mirror
             await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
             return
+        summary = found.summary
         fingerprint = summary.model_dump_json()
         if self._written.get(batch_id) == fingerprint:
             return

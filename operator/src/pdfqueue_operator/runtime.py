@@ -6,22 +6,16 @@ object it runs for, and a finalizer would block `kubectl delete` while the opera
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import asyncpg
 import kopf
-from redis.asyncio import Redis
 
-from pdfqueue import metrics
-from pdfqueue.background import cancel_and_wait
-from pdfqueue.db import Database, connect
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
+from pdfqueue.observability.periodic import Periodic
+from pdfqueue.runtime.stores import OPERATOR, Stores
 from pdfqueue_operator import kube
 from pdfqueue_operator.autoscaler import Autoscaler, Key, WorkerDeployment
 from pdfqueue_operator.reconcile import BatchReconciler
@@ -31,51 +25,26 @@ STALE_TICKS = 20
 """A loop this many intervals behind fails the liveness probe (and the pod is restarted)."""
 
 
-@dataclass
-class Loop:
-    """Run `step` every `interval_s` forever; a failing step is logged and tried again."""
+def operator_loop(name: str, interval_s: float, step: Callable[[], Awaitable[None]]) -> Periodic:
+    """One of the operator's loops; a step that hangs is cut off and tried again."""
+    return Periodic(name, interval_s, step, timeout_s=max(30.0, 10 * interval_s))
 
-    name: str
-    interval_s: float
-    step: Callable[[], Awaitable[None]]
-    last_ok: float = field(default_factory=time.monotonic)
-    task: asyncio.Task[None] | None = None
 
-    async def run(self) -> None:
-        while True:
-            try:
-                # Not wait_for: on 3.11 it swallows a cancel that lands as the step ends.
-                async with asyncio.timeout(max(30.0, 10 * self.interval_s)):
-                    await self.step()
-            except Exception:
-                log.exception("%s loop: step failed", self.name)
-            else:
-                self.last_ok = time.monotonic()
-            await asyncio.sleep(self.interval_s)
-
-    def start(self) -> None:
-        self.task = asyncio.create_task(self.run(), name=f"pdfqueue-{self.name}")
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self.task)
-
-    def check(self) -> float:
-        """Seconds since the last good step; raises (failing the probe) when far too long."""
-        age = time.monotonic() - self.last_ok
-        if age > STALE_TICKS * self.interval_s + 30:
-            raise kopf.PermanentError(f"the {self.name} loop has not completed for {age:.0f}s")
-        return round(age, 1)
+def check(loop: Periodic) -> float:
+    """Seconds since the loop's last good step; raises (failing the probe) when far too long."""
+    age = loop.age_s()
+    if age > STALE_TICKS * loop.interval_s + 30:
+        raise kopf.PermanentError(f"the {loop.name} loop has not completed for {age:.0f}s")
+    return round(age, 1)
 
 
 @dataclass
 class Operator:
     settings: Settings
-    redis: Redis
-    pool: asyncpg.Pool
-    storage: Storage
+    stores: Stores
     kube: kube.Kube
     reconciler: BatchReconciler
-    loops: list[Loop]
+    loops: list[Periodic]
 
     @classmethod
     async def start(
@@ -84,38 +53,33 @@ class Operator:
         deployments: kopf.Index[Key, WorkerDeployment],
         hpas: kopf.Index[Key, str],
     ) -> Operator:
-        redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
-        pool = await connect(settings.database_url, min_size=1, max_size=4)
-        storage = Storage.from_settings(settings, threads=4)
+        stores = await Stores.open(settings, OPERATOR)
         client = kube.Kube(await kube.connect(settings.kubeconfig))
-        db = Database(pool, settings.users_table)
         reconciler = BatchReconciler(
             settings,
-            redis,
-            db,
-            BatchState(redis, settings.batch_ttl_s),
-            storage,
+            stores.redis,
+            stores.db,
+            stores.lifecycle,
+            stores.storage,
             client,
             own_namespace=kube.own_namespace(),
         )
-        autoscaler = Autoscaler(settings, redis, client, deployments, hpas)
+        autoscaler = Autoscaler(settings, stores.redis, client, deployments, hpas)
         loops = [
-            Loop("autoscaler", settings.operator_scale_interval_s, autoscaler.tick),
-            Loop("status", settings.operator_status_interval_s, reconciler.mirror),
+            operator_loop("autoscaler", settings.operator_scale_interval_s, autoscaler.tick),
+            operator_loop("status", settings.operator_status_interval_s, reconciler.mirror),
         ]
         for loop in loops:
             loop.start()
         metrics.register("operator")
         metrics.serve(settings.metrics_port)
-        return cls(settings, redis, pool, storage, client, reconciler, loops)
+        return cls(settings, stores, client, reconciler, loops)
 
     def health(self) -> dict[str, float]:
-        return {f"{loop.name}_age_s": loop.check() for loop in self.loops}
+        return {f"{each.name}_age_s": check(each) for each in self.loops}
 
     async def close(self) -> None:
         for loop in self.loops:
             await loop.stop()
         await self.kube.close()
-        await self.storage.aclose()
-        await self.pool.close()
-        await self.redis.aclose()
+        await self.stores.close()

@@ -12,13 +12,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pdfqueue.domain.errors import PermanentError
+
 ANNOTATION_PREFIX = "pdfqueue.io/"
 DEFAULT_MAX_REPLICAS = 10
 DEFAULT_STABILIZATION_S = 300.0  # the HPA's default scale-down window
 DEFAULT_IDLE_COOLDOWN_S = 300.0  # KEDA's default cooldownPeriod
 
 
-class InvalidPolicy(ValueError):
+class InvalidPolicy(PermanentError):
     """A Deployment's pdfqueue.io/* annotations cannot be used; the operator leaves it alone."""
 
 

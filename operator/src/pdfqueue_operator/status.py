@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pdfqueue.models import BatchStatus, BatchSummary
+from pdfqueue.domain.models import BatchStatus, BatchSummary
 
 ACCEPTED = "Accepted"
 """True once the batch is registered and queued; False says why it cannot be."""

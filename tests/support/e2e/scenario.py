@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import asyncpg
 import httpx
 
-from pdfqueue.models import TERMINAL
+from pdfqueue.domain.models import TERMINAL
 from pdfqueue_dev.processes import wait_until
 from pdfqueue_dev.samples import SampleUser, build_corpus, seed_users, write_zip
 

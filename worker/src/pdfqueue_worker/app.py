@@ -6,35 +6,33 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
-import asyncpg
 from arq import Worker, func
 from arq.connections import RedisSettings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from pdfqueue import metrics
-from pdfqueue.db import Database, connect
-from pdfqueue.fair import Dispatcher, Ticker
-from pdfqueue.gauges import QueueGauges
-from pdfqueue.queue import check_durability, deserialize, serialize
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
+from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
+from pdfqueue.observability.periodic import Periodic
+from pdfqueue.runtime.gauges import QueueGauges
+from pdfqueue.runtime.stores import Stores, worker_role
+from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
+from pdfqueue.stores.queue import check_durability, deserialize, serialize
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extractor
 from pdfqueue_worker.notify import MAX_TRIES as WEBHOOK_MAX_TRIES
-from pdfqueue_worker.notify import webhook
+from pdfqueue_worker.notify import announce, webhook
 from pdfqueue_worker.rerun import retry
 from pdfqueue_worker.tasks import ingest, process
 
 log = logging.getLogger(__name__)
 SPARE_TRIES = 3
 """arq tries beyond max_tries, in which a job only records its failure (see tasks.process)."""
-STORAGE_CONNECTIONS = 16
-"""Concurrent S3 requests per worker: a job stores its PDFs at once, up to 16 by default."""
 
 
 async def startup(ctx: dict[str, Any]) -> None:
@@ -46,19 +44,19 @@ async def startup(ctx: dict[str, Any]) -> None:
     if problems and settings.redis_strict:
         msg = "refusing to start (PDFQUEUE_REDIS_STRICT): " + "; ".join(problems)
         raise RuntimeError(msg)
-    # A job claims its PDFs concurrently: connections and S3 requests scale with it.
-    pool = await connect(settings.database_url, max_size=settings.worker_max_jobs + 4)
+    stores = await Stores.open(settings, worker_role(settings), redis=redis)
+    ctx["stores"] = stores
     ctx["deps"] = Deps(
         settings=settings,
         redis=redis,
-        state=BatchState(redis, settings.batch_ttl_s),
-        db=Database(pool, settings.users_table, settings.users_tenant_column),
-        storage=Storage.from_settings(settings, threads=STORAGE_CONNECTIONS),
+        lifecycle=replace(stores.lifecycle, on_completed=partial(announce, stores)),
+        db=stores.db,
+        storage=stores.storage,
         extractor=Extractor.from_settings(settings),
     )
     try:
         await ctx["deps"].db.check_users_table()
-    except asyncpg.PostgresError as exc:
+    except (DatabaseSchemaError, DatabaseUnavailable) as exc:
         log.error(  # loud, but no crash loop: the host application may create it later
             "PDFQUEUE_USERS_TABLE %r cannot be read (%s): PDFs will be retried and then fail"
             " with database_schema_error until it has columns id, email and pdf_url"
@@ -73,24 +71,25 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["heartbeat"] = heartbeat.start(redis, settings)
     if settings.dispatch_fair:
         dispatcher = Dispatcher.from_settings(redis, settings)
-        ctx["dispatch"] = Ticker(dispatcher, settings.dispatch_tick_s, settings.worker_max_jobs)
+        ticker = dispatch_ticker(dispatcher, settings.dispatch_tick_s, settings.worker_max_jobs)
+        ctx["dispatch"] = ticker
         ctx["dispatch"].start()
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     await heartbeat.stop(ctx.pop("heartbeat", None))
-    ticker: Ticker | None = ctx.pop("dispatch", None)
+    ticker: Periodic | None = ctx.pop("dispatch", None)
     if ticker is not None:
         await ticker.stop()
     gauges: QueueGauges | None = ctx.get("gauges")
     if gauges is not None:
         await gauges.stop()
     deps: Deps | None = ctx.get("deps")
-    if deps is None:
-        return
-    deps.extractor.close()
-    await deps.storage.aclose()
-    await deps.db.pool.close()
+    if deps is not None:
+        deps.extractor.close()
+    stores: Stores | None = ctx.get("stores")
+    if stores is not None:
+        await stores.close()
 
 
 def build_worker(settings: Settings, **overrides: Any) -> Worker:

@@ -9,9 +9,9 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pdfqueue.errors import ArchiveRejected, PermanentError
-from pdfqueue.storage import Backend
-from pdfqueue.zipdir import DirectoryLimits, Entry, walk_directory
+from pdfqueue.domain.errors import ArchiveRejected, PermanentError
+from pdfqueue.stores.storage import Backend
+from pdfqueue.stores.zipdir import DirectoryLimits, Entry, walk_directory
 from pdfqueue_worker.payload import LOCAL_HEADER, LOCAL_SIGNATURE, data_start
 
 _SUPPORTED_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
@@ -76,7 +76,7 @@ class Listing:
 def list_members(backend: Backend, key: str, limits: Limits) -> Listing:
     """Classify every member of the stored ZIP from its central directory (blocking).
 
-    The directory is walked entry by entry (`pdfqueue.zipdir`), refused as soon as it breaks
+    The directory is walked entry by entry (`pdfqueue.stores.zipdir`), refused as soon as it breaks
     a limit, so what this holds per entry is bounded by `max_members`.
     """
     listing = Listing()  # duplicate names are processed: content decides what is a duplicate

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pdfqueue.settings import Settings
-from pdfqueue.telemetry import setup_logging
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability.logging import setup_logging
 
 
 def register(sub: Any) -> None:
@@ -17,8 +17,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdfqueue import metrics
-    from pdfqueue.tracing import setup_tracing
+    from pdfqueue.observability import metrics
+    from pdfqueue.observability.tracing import setup_tracing
     from pdfqueue_worker.app import build_worker, supervise
 
     setup_logging()

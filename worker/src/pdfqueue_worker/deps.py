@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from pdfqueue.db import Database
-from pdfqueue.settings import Settings
-from pdfqueue.state import BatchState
-from pdfqueue.storage import Storage
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.stores.db import Database
+from pdfqueue.stores.storage import Storage
 from pdfqueue_worker.archive import Limits
 from pdfqueue_worker.extract import Extractor
 
@@ -19,7 +19,7 @@ from pdfqueue_worker.extract import Extractor
 class Deps:
     settings: Settings
     redis: Redis
-    state: BatchState
+    lifecycle: Lifecycle
     db: Database
     storage: Storage
     extractor: Extractor

@@ -7,8 +7,8 @@ from collections.abc import Callable, Coroutine, Iterable
 from functools import wraps
 from typing import Any
 
-from pdfqueue.fair import Dispatcher
-from pdfqueue.queue import Job, enqueue_chunked
+from pdfqueue.stores.fair import Dispatcher
+from pdfqueue.stores.queue import Job, enqueue_chunked
 from pdfqueue_worker.deps import Deps
 
 log = logging.getLogger(__name__)
@@ -22,8 +22,8 @@ async def submit(deps: Deps, batch_id: str, jobs: Iterable[Job], first: int = 0)
     settings = deps.settings
     if not settings.dispatch_fair:
         return await enqueue_chunked(deps.redis, settings.queue_name, jobs, settings.enqueue_chunk)
-    live = await deps.state.read(batch_id)
-    tenant = live[1] if live is not None else ""
+    found = await deps.lifecycle.read(batch_id)
+    tenant = found.tenant if found is not None else ""
     dispatcher = Dispatcher.from_settings(deps.redis, settings)
     added = await dispatcher.register(batch_id, tenant, jobs, settings.enqueue_chunk, first)
     await dispatcher.dispatch()

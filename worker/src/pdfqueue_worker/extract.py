@@ -22,13 +22,14 @@ from pebble import ProcessExpired, ProcessPool
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
+from pdfqueue.domain.errors import PermanentError
 from pdfqueue_worker import ocr
 from pdfqueue_worker.candidates import Candidate, Source, page_candidates
 from pdfqueue_worker.emails import DEFAULT_MAX_PAGE_CHARS
 from pdfqueue_worker.payload import Packed, Uninflatable, inflate
 
 if TYPE_CHECKING:
-    from pdfqueue.settings import Settings
+    from pdfqueue.domain.settings import Settings
     from pdfqueue_worker.archive import Member
 
 PDF_MAGIC_WINDOW = 1024  # the PDF spec lets junk precede %PDF- within the first KiB
@@ -48,7 +49,7 @@ _AT = re.compile("[@\ufe6b\uff20]")
 _LOCKED = (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY)
 
 
-class Unreadable(Exception):
+class Unreadable(PermanentError):
     """This PDF cannot be read; `reason` is the per-file reason in the report."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
@@ -287,7 +288,7 @@ def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by p
     return engine(data, max_pages, start_page, max_page_chars, how)
 
 
-ENGINES: dict[str, Callable[..., Result]] = {"pdfium": read_pdf, "pypdf": read_pdf_pypdf}
+ENGINES: dict[str, Callable[..., Extraction]] = {"pdfium": read_pdf, "pypdf": read_pdf_pypdf}
 
 
 def death_reason(exitcode: int | None) -> str:

@@ -7,22 +7,22 @@ The key expires (3 beats) when a worker dies, which then counts as idle.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from pdfqueue import keys, metrics
-from pdfqueue.background import cancel_and_wait
-from pdfqueue.settings import Settings
+from pdfqueue.domain import keys
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
+from pdfqueue.observability.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
 
 def running_jobs() -> int:
-    """Jobs this process runs now: the in-progress gauge every task keeps (pdfqueue.observe)."""
+    """Jobs this process runs now: the in-progress gauge every task keeps (see `observe`)."""
     return int(sum(s.value for m in metrics.JOBS_IN_PROGRESS.collect() for s in m.samples))
 
 
@@ -31,7 +31,7 @@ class Heartbeat:
     redis: Redis
     pod_name: str
     interval_s: float
-    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _loop: Periodic | None = field(default=None, init=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -40,19 +40,14 @@ class Heartbeat:
     async def beat(self) -> None:
         await self.redis.set(self.key, running_jobs(), px=int(self.interval_s * 3000))
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.beat()
-            except Exception as exc:  # Redis down: the worker itself reconnects; keep beating
-                log.debug("heartbeat not written: %r", exc)
-            await asyncio.sleep(self.interval_s)
-
     def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name="pdfqueue-heartbeat")
+        # Redis down: the worker itself reconnects; the loop keeps beating
+        self._loop = Periodic("heartbeat", self.interval_s, self.beat)
+        self._loop.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        if self._loop is not None:
+            await self._loop.stop()
         with contextlib.suppress(Exception):
             await self.redis.delete(self.key)
 

@@ -11,32 +11,35 @@ import httpx
 from arq import Retry
 from pydantic import SecretStr
 
-from pdfqueue import keys
-from pdfqueue.batches import read_batch
-from pdfqueue.errors import UnsafeCallback
-from pdfqueue.models import BatchStatus, BatchSummary
-from pdfqueue.observe import observed_job
-from pdfqueue.queue import Job, enqueue
-from pdfqueue.webhooks import body, callback_of, parse, post, record_attempt
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import UnsafeCallback
+from pdfqueue.domain.models import BatchStatus, BatchSummary
+from pdfqueue.runtime.stores import Stores
+from pdfqueue.stores.queue import Job, enqueue
+from pdfqueue.stores.webhooks import body, callback_of, parse, post, record_attempt
 from pdfqueue_worker.deps import Deps
+from pdfqueue_worker.observe import observed_job
 
 log = logging.getLogger(__name__)
 MAX_TRIES = 100_000
 """arq's limit on tries of a delivery: never the one that ends it (webhook_deadline_s is)."""
 
 
-async def announce(deps: Deps, batch_id: str) -> None:
-    """Queue the completion webhook of the batch's current round (once: the id says which)."""
-    if not (deps.settings.webhook_secrets or deps.settings.webhook_urls):
+async def announce(stores: Stores, batch_id: str) -> None:
+    """Queue the completion webhook of the batch's current round (once: the id says which).
+
+    The worker's lifecycle runs it on every completion it writes, a redelivered one included:
+    the job id makes the delivery once per round."""
+    if not (stores.settings.webhook_secrets or stores.settings.webhook_urls):
         return  # no tenant can have a webhook: no job per batch either
-    live = await deps.state.read(batch_id)
-    round_ = live[0].retries if live is not None else 0
+    found = await stores.lifecycle.read(batch_id)
+    round_ = found.summary.retries if found is not None else 0
     job = Job(
         keys.webhook_job(batch_id, round_),
         "webhook",
         {"batch_id": batch_id, "retry_round": round_},
     )
-    await enqueue(deps.redis, deps.settings.queue_name, [job])
+    await enqueue(stores.redis, stores.settings.queue_name, [job])
 
 
 @dataclass(frozen=True)
@@ -85,14 +88,13 @@ def _answered(deps: Deps, ctx: dict[str, Any], delivery: Delivery, code: int) ->
 
 async def _delivery(deps: Deps, batch_id: str, round_: int, attempt: int) -> Delivery | str:
     """What this attempt sends where, or why there is nothing to send."""
-    found = await deps.db.batch(batch_id)
+    found = await deps.lifecycle.read(batch_id)
     if found is None:
         return "unknown batch"
-    tenant = found[1]
+    tenant, summary = found.tenant, found.summary
     url = await callback_of(deps.db, batch_id) or deps.settings.webhook_urls.get(tenant)
     if not url:
         return "no webhook"
-    summary = await read_batch(deps.db, deps.state, batch_id) or found[0]
     if summary.status is not BatchStatus.COMPLETED or summary.retries != round_:
         return "not this round's completion"
     secret = deps.settings.webhook_secrets.get(tenant)

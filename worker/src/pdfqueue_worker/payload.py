@@ -1,7 +1,8 @@
 """A member's compressed bytes, cut from a job's ranged read, and their inflation anywhere.
 
 Parsing processes import this (the forkserver preloads it): it must stay light, so it uses
-the standard library only and never imports `archive` (which pulls in the S3 client).
+the standard library and `pdfqueue.domain.errors` (no driver) only, and never imports `archive`
+(which pulls in the S3 client).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import struct
 import zipfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pdfqueue.domain.errors import PermanentError
 
 if TYPE_CHECKING:
     from pdfqueue_worker.archive import Member
@@ -22,7 +25,7 @@ LOCAL_SIGNATURE = b"PK\x03\x04"
 _NAME_LENGTH, _EXTRA_LENGTH = 10, 11  # their places among the unpacked fields
 
 
-class Uninflatable(Exception):
+class Uninflatable(PermanentError):
     """This member cannot be inflated; `reason` is the per-file reason in the report."""
 
     def __init__(self, reason: str, detail: str) -> None:

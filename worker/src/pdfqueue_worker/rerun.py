@@ -6,22 +6,20 @@ import asyncio
 import logging
 from typing import Any
 
-from pdfqueue import keys
-from pdfqueue.batches import settle
-from pdfqueue.errors import PermanentError
-from pdfqueue.fair import chunks_before
-from pdfqueue.models import BatchStatus, FileRef
-from pdfqueue.observe import observed_job
-from pdfqueue.queue import Job
-from pdfqueue.retry import retrying_files
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import PermanentError
+from pdfqueue.domain.models import BatchStatus, FileRef, failed
+from pdfqueue.stores.fair import chunks_before
+from pdfqueue.stores.queue import Job
 from pdfqueue_worker.archive import Listing, list_members, plan_slices
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import submit
-from pdfqueue_worker.record import failed, record
+from pdfqueue_worker.observe import observed_job
 from pdfqueue_worker.tasks import (
     SLICE_MAX_SPAN_BYTES,
     keeps_try_on_shutdown,
     last_try_error,
+    record_outcomes,
     retry_later,
 )
 
@@ -49,11 +47,11 @@ async def retry(ctx: dict[str, Any], *, batch_id: str, source: str, retry_round:
 
 
 async def _fan_out(deps: Deps, batch_id: str, source: str, round_: int) -> str:
-    if await deps.state.status(batch_id) is BatchStatus.CANCELLED:
-        await settle(deps.db, deps.state, batch_id)
+    if await deps.lifecycle.status(batch_id) is BatchStatus.CANCELLED:
+        await deps.lifecycle.settle(batch_id)
         return "cancelled"
-    names = await retrying_files(deps.db, batch_id)
-    todo = set(await deps.state.unrecorded(batch_id, sorted(names)))
+    names = await deps.db.retrying_files(batch_id)
+    todo = set(await deps.lifecycle.unrecorded(batch_id, sorted(names)))
     if not todo:
         return "nothing to do"
     try:
@@ -69,7 +67,7 @@ async def _fan_out(deps: Deps, batch_id: str, source: str, round_: int) -> str:
         if index in todo:
             gone[FileRef(batch_id, index, names[index])] = failed(why.reason)
     if gone:
-        await record(deps, batch_id, gone)
+        await record_outcomes(deps, batch_id, gone)
     jobs = [
         Job(
             keys.retry_process_job(batch_id, round_, run[0].index),
@@ -95,9 +93,11 @@ async def _fan_out(deps: Deps, batch_id: str, source: str, round_: int) -> str:
 
 async def _give_up(deps: Deps, batch_id: str, reason: str) -> str:
     """Out of tries: the round's undecided files fail with the last error, the batch ends."""
-    names = await retrying_files(deps.db, batch_id)
-    todo = await deps.state.unrecorded(batch_id, sorted(names))
-    await record(deps, batch_id, {FileRef(batch_id, i, names[i]): failed(reason) for i in todo})
+    names = await deps.db.retrying_files(batch_id)
+    todo = await deps.lifecycle.unrecorded(batch_id, sorted(names))
+    await record_outcomes(
+        deps, batch_id, {FileRef(batch_id, i, names[i]): failed(reason) for i in todo}
+    )
     return f"{len(todo)} failed: {reason}"
 
 

@@ -15,13 +15,13 @@ from typing import Any
 from arq import Retry
 from arq.constants import retry_key_prefix
 
-from pdfqueue import keys, metrics
-from pdfqueue.batches import settle
-from pdfqueue.db import UserRow
-from pdfqueue.errors import PermanentError, transient_reason
-from pdfqueue.models import TERMINAL, BatchStatus, FileRef, Outcome
-from pdfqueue.observe import observed_job, stage
-from pdfqueue.queue import Job
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import PermanentError, transient_reason
+from pdfqueue.domain.models import TERMINAL, BatchStatus, Decision, FileRef, Outcome, failed
+from pdfqueue.observability import metrics
+from pdfqueue.observability.tracing import file_event
+from pdfqueue.stores.db import UserRow
+from pdfqueue.stores.queue import Job
 from pdfqueue_worker.archive import (
     Member,
     list_members,
@@ -32,9 +32,8 @@ from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import refills, submit
 from pdfqueue_worker.extract import Extraction, Unreadable
 from pdfqueue_worker.matching import choose, wanted
-from pdfqueue_worker.notify import announce
+from pdfqueue_worker.observe import observed_job, stage
 from pdfqueue_worker.payload import Packed, cut, inflate
-from pdfqueue_worker.record import Decision, failed, record, restore
 
 log = logging.getLogger(__name__)
 NO_MATCH = Outcome.SKIPPED_NO_MATCH
@@ -99,44 +98,29 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
             if ctx["job_try"] <= deps.settings.max_tries:
                 return await _ingest(deps, batch_id, source)
             error = f"ingest gave up: {await last_try_error(deps, ctx)}"
-            await deps.state.set_status(batch_id, BatchStatus.FAILED, error)
-            await deps.db.finish_batch(batch_id, BatchStatus.FAILED, error)
-            metrics.batch_entered(BatchStatus.FAILED)
+            await deps.lifecycle.fail(batch_id, error)
     except Exception as exc:
         raise await retry_later(deps, ctx, exc) from exc
     return error
 
 
 async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
-    if await deps.state.status(batch_id) in TERMINAL:
-        await settle(deps.db, deps.state, batch_id)  # whoever finished it may have died
+    if await deps.lifecycle.status(batch_id) in TERMINAL:
+        await deps.lifecycle.settle(batch_id)  # whoever finished it may have died
         return "already finished"
     try:
         listing = await deps.storage.run(list_members, deps.storage.backend, source, deps.limits)
     except PermanentError as exc:
         log.warning("archive rejected: %s", exc, extra={"batch_id": batch_id})
-        await deps.state.set_status(batch_id, BatchStatus.FAILED, str(exc))
-        await deps.db.finish_batch(batch_id, BatchStatus.FAILED, str(exc))
-        metrics.batch_entered(BatchStatus.FAILED)
+        await deps.lifecycle.fail(batch_id, str(exc))
         return f"rejected: {exc}"
 
-    await deps.db.record_ignored(batch_id, listing.ignored)
-    await deps.db.start_batch(batch_id, listing.total_files, len(listing.ignored))
-    status = await deps.state.start(batch_id, listing.total_files, len(listing.ignored))
-    if status is None:
-        await restore(deps, batch_id)
-        status = await deps.state.start(batch_id, listing.total_files, len(listing.ignored))
-    if status is BatchStatus.COMPLETED:  # nothing to process: an empty archive
-        await deps.db.finish_batch(batch_id, BatchStatus.COMPLETED)
-        await announce(deps, batch_id)
-        metrics.batch_entered(BatchStatus.COMPLETED)
-    else:
-        metrics.batch_entered(BatchStatus.PROCESSING)
+    await deps.lifecycle.start(batch_id, listing.total_files, listing.ignored)
     if listing.rejected:
         rejected = {
             FileRef(batch_id, i, name): failed(why.reason) for i, name, why in listing.rejected
         }
-        await record(deps, batch_id, rejected)
+        await record_outcomes(deps, batch_id, rejected)
     slices = plan_slices(listing.pdfs, deps.settings.pdfs_per_job, SLICE_MAX_SPAN_BYTES)
     jobs = (
         Job(
@@ -184,19 +168,21 @@ async def process(
             parse_until = asyncio.get_running_loop().time() + max(
                 deps.settings.job_timeout_s - RECORD_RESERVE_S, deps.settings.job_timeout_s / 2
             )
-            if await deps.state.status(batch_id) is BatchStatus.CANCELLED:
-                await settle(deps.db, deps.state, batch_id)  # the canceller may have died
+            if await deps.lifecycle.status(batch_id) is BatchStatus.CANCELLED:
+                await deps.lifecycle.settle(batch_id)  # the canceller may have died
                 return "cancelled"
             todo = await _unrecorded(deps, batch_id, [Member(**m) for m in members])
             if not todo:  # a second delivery after every file was recorded
-                await settle(deps.db, deps.state, batch_id)  # the first may have died
+                await deps.lifecycle.settle(batch_id)  # the first may have died
                 return "nothing to do"
             if ctx["job_try"] > deps.settings.max_tries:
                 reason = await last_try_error(deps, ctx)
-                await record(deps, batch_id, {_ref(batch_id, m): failed(reason) for m in todo})
+                await record_outcomes(
+                    deps, batch_id, {_ref(batch_id, m): failed(reason) for m in todo}
+                )
                 return f"{len(todo)} failed: {reason}"
             decided = await _process(deps, batch_id, source, todo, parse_until)
-            outcomes = await record(deps, batch_id, decided)
+            outcomes = await record_outcomes(deps, batch_id, decided)
             if len(decided) < len(todo):
                 raise TimeoutError(f"{len(todo) - len(decided)} PDFs were not parsed in time")
     except Exception as exc:
@@ -204,12 +190,23 @@ async def process(
     return ", ".join(f"{n} {o.value}" for o, n in Counter(outcomes).items())
 
 
+async def record_outcomes(
+    deps: Deps, batch_id: str, decided: dict[FileRef, Decision]
+) -> list[Outcome]:
+    """Record the files' outcomes; each becomes an event of the job's span."""
+    with stage("record"):
+        final = await deps.lifecycle.record(batch_id, decided)
+    for ref, d in zip(decided, final, strict=True):
+        file_event(ref.index, d.outcome.value, d.reason)
+    return [d.outcome for d in final]
+
+
 def _ref(batch_id: str, m: Member) -> FileRef:
     return FileRef(batch_id, m.index, m.name)
 
 
 async def _unrecorded(deps: Deps, batch_id: str, members: list[Member]) -> list[Member]:
-    left = set(await deps.state.unrecorded(batch_id, [m.index for m in members]))
+    left = set(await deps.lifecycle.unrecorded(batch_id, [m.index for m in members]))
     return [m for m in members if m.index in left]
 
 
@@ -361,17 +358,15 @@ async def _link(
     # parsed already, so it inflates; off the event loop
     data = await deps.storage.run(inflate, raw, Packed.of(member))
     sha256 = hashlib.sha256(data).hexdigest()
-    key = f"pdfs/{user.id}/{sha256}.pdf"
+    key = keys.linked_pdf(user.id, sha256)
     if user.pdf_url is not None:
         skip = "duplicate" if user.pdf_url == key else "already_linked"
         return ref, Decision(Outcome.SKIPPED_ALREADY_EXISTS, skip, user.id, sha256, ocr=ocr)
     with stage("store"):
         await deps.storage.put(key, data)
     with stage("claim"):
-        outcome, reason = await deps.db.claim(
-            ref, user_id=user.id, object_key=key, sha256=sha256, ocr=ocr
-        )
-        if reason == "already_linked":
+        decision = await deps.db.claim(ref, user_id=user.id, object_key=key, sha256=sha256, ocr=ocr)
+        if decision.reason == "already_linked":
             # Another link won the race; nobody else can claim this user now: the copy is ours.
             await deps.storage.delete(key)
-    return ref, Decision(outcome, reason, user.id, sha256, stored=True, ocr=ocr)
+    return ref, decision

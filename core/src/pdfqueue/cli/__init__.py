@@ -1,0 +1,1 @@
+"""The `pdfqueue` command and its HTTP client."""

@@ -1,0 +1,146 @@
+"""A small HTTP client for the pdfqueue API, used by the CLI and the demo."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pdfqueue.domain.errors import PdfQueueError, PermanentError
+
+CHUNK = 1024 * 1024
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+class ApiError(PdfQueueError):
+    """The API (or whatever answered at the URL) refused a request; `str()` says it in words."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.detail = message
+
+
+class NotAZip(PermanentError):
+    """The file to upload is missing or is not a ZIP: refused before anything is sent."""
+
+
+class Client:
+    def __init__(self, url: str, token: str | None, *, timeout_s: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def _check(self, response: httpx.Response) -> Any:
+        json_body = response.headers.get("content-type", "").startswith("application/json")
+        if response.is_error:
+            detail = response.json().get("detail") if json_body else None
+            if not isinstance(detail, str):  # another server, or FastAPI's validation list
+                detail = _not_api(self.url) if not json_body else json.dumps(detail)
+            elif detail == "Not Found":  # no such route: the URL is not the API's root
+                detail = _not_api(self.url)
+            raise ApiError(response.status_code, detail)
+        if not response.content:
+            return None
+        if not json_body:
+            raise ApiError(response.status_code, _not_api(self.url))
+        return response.json()
+
+    def upload(self, path: Path, progress: Callable[[int], object] | None = None) -> dict[str, Any]:
+        """Stream a ZIP as a raw `application/zip` body; `progress(n)` sees each chunk sent."""
+        check_zip(path)
+
+        def chunks() -> Iterator[bytes]:
+            with path.open("rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    if progress:
+                        progress(len(chunk))
+                    yield chunk
+
+        headers = {"Content-Type": "application/zip", "Content-Length": str(path.stat().st_size)}
+        response = self.http.post(
+            "/v1/batches", content=chunks(), headers=headers, params={"name": path.name}
+        )
+        result: dict[str, Any] = self._check(response)
+        return result
+
+    def status(self, batch_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._check(self.http.get(f"/v1/batches/{batch_id}"))
+        return result
+
+    def batches(self, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        result: dict[str, Any] = self._check(self.http.get("/v1/batches", params=params))
+        return result
+
+    def files(self, batch_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._check(self.http.get(f"/v1/batches/{batch_id}/files"))
+        return result
+
+    def files_csv(self, batch_id: str) -> bytes:
+        response = self.http.get(f"/v1/batches/{batch_id}/files", params={"format": "csv"})
+        if response.is_error or not response.headers.get("content-type", "").startswith("text/csv"):
+            self._check(response)
+            raise ApiError(response.status_code, _not_api(self.url))
+        return response.content
+
+    def cancel(self, batch_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._check(self.http.delete(f"/v1/batches/{batch_id}"))
+        return result
+
+    def retry(self, batch_id: str, *, all_failed: bool = False) -> dict[str, Any]:
+        """Re-run the batch's failed files (transient ones unless `all_failed`)."""
+        params = {"all_failed": "true"} if all_failed else {}
+        url = f"/v1/batches/{batch_id}/retry"
+        result: dict[str, Any] = self._check(self.http.post(url, params=params))
+        return result
+
+    def events(self, batch_id: str, last_id: str | None = None) -> Iterator[tuple[str, Any]]:
+        """(event id, batch summary) from the batch's event stream until the server ends it."""
+        headers = {"Last-Event-ID": last_id} if last_id else {}
+        timeout = httpx.Timeout(10.0, read=60.0)  # the server sends a comment every 15 s
+        url = f"/v1/batches/{batch_id}/events"
+        with self.http.stream("GET", url, headers=headers, timeout=timeout) as response:
+            if response.status_code == httpx.codes.NO_CONTENT:
+                return
+            if response.is_error:
+                response.read()
+                self._check(response)
+            fields: dict[str, str] = {}
+            for line in response.iter_lines():
+                if line:
+                    if not line.startswith(":"):
+                        name, _, value = line.partition(":")
+                        fields[name] = value.removeprefix(" ")
+                    continue
+                if fields.get("event") == "status":
+                    yield fields.get("id", ""), json.loads(fields["data"])
+                fields = {}
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_zip(path: Path) -> None:
+    """Refuse, before sending a byte, a path that is not a readable ZIP file."""
+    if not path.is_file():
+        msg = f"{path}: no such file"
+        raise NotAZip(msg)
+    with path.open("rb") as fh:
+        head = fh.read(4)
+    if head not in ZIP_MAGIC:
+        msg = f"{path} is not a ZIP archive (it does not start with a ZIP signature)"
+        raise NotAZip(msg)
+
+
+def _not_api(url: str) -> str:
+    return f"{url} does not look like a pdfqueue API (check --url or PDFQUEUE_URL)"

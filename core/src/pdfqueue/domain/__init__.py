@@ -1,0 +1,1 @@
+"""The domain: models, errors, keys, settings; imports no other layer."""

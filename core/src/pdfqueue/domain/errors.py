@@ -1,0 +1,253 @@
+"""Errors pdfqueue raises; the type says whether retrying can help and which HTTP status
+answers it. Stores translate their drivers' errors into these at their edge."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class PdfQueueError(Exception):
+    """Root of every pdfqueue error."""
+
+    http_status: ClassVar[int] = 500
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the answer to this error carries."""
+        return {}
+
+    def public_detail(self) -> str:
+        """What a client is told: never an address, a path or a driver's message."""
+        return str(self)
+
+
+class PermanentError(PdfQueueError):
+    """Bad input: retrying cannot help (HTTP 4xx, kopf.PermanentError, no arq retry)."""
+
+    http_status = 400
+
+
+class TransientError(PdfQueueError):
+    """A dependency is flaky or down: retry later with backoff."""
+
+    http_status = 503
+    reason: ClassVar[str] = "dependency_error"
+    """Bounded label of this kind of failure (per-file reasons, metric labels)."""
+
+
+class ConfigurationError(PdfQueueError):
+    """Settings a process cannot run with; it says which and refuses to start."""
+
+
+class BatchNotFound(PermanentError):
+    http_status = 404
+
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(f"batch {batch_id} not found")
+        self.batch_id = batch_id
+
+
+class InvalidBatchId(PermanentError):
+    """Not a batch id (32 lowercase hex digits): refused before it reaches a key or a query."""
+
+    http_status = 422
+
+    def __init__(self, value: str) -> None:
+        super().__init__(f"{value[:40]!r} is not a batch id (32 lowercase hex digits)")
+
+
+class BatchConflict(PermanentError):
+    """The batch exists already with another tenant, source or object: it is not yours."""
+
+    http_status = 409
+
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(f"batch {batch_id} exists already and belongs to something else")
+        self.batch_id = batch_id
+
+
+class BatchNotRetryable(PermanentError):
+    """The batch cannot be retried now (HTTP 409): not completed yet, or nothing to re-run."""
+
+    http_status = 409
+
+    def __init__(self, batch_id: str, why: str) -> None:
+        super().__init__(f"batch {batch_id} cannot be retried: {why}")
+        self.batch_id = batch_id
+        self.why = why
+
+
+class UnsafeCallback(PermanentError):
+    """A webhook URL pdfqueue will not call (HTTP 422): not https, or an address that is
+    private, loopback, link-local or otherwise not public (cloud metadata included)."""
+
+    http_status = 422
+
+    def __init__(self, url: str, why: str) -> None:
+        super().__init__(f"callback_url {url[:200]!r} is refused: {why}")
+        self.why = why
+
+
+class NotAZipArchive(PermanentError):
+    http_status = 422
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"the upload is not a ZIP archive: {detail}")
+
+
+class ArchiveTooLarge(PermanentError):
+    http_status = 413
+
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(f"the upload exceeds the limit of {limit_bytes} bytes")
+        self.limit_bytes = limit_bytes
+
+
+class ArchiveRejected(PermanentError):
+    """The ZIP as a whole breaks a safety limit (too many members, too much data)."""
+
+
+class DirectoryTooLarge(ArchiveRejected):
+    """The ZIP declares or holds more entries, or a bigger central directory, than allowed
+    (HTTP 413): refused before anything is built per entry."""
+
+    http_status = 413
+
+
+class InvalidCursor(PermanentError):
+    """A pagination cursor this API did not hand out (HTTP 400)."""
+
+    def __init__(self) -> None:
+        super().__init__("invalid cursor: pass back the next_cursor of a previous page")
+
+
+class SourceOutsideBucket(PermanentError):
+    def __init__(self, source: str, bucket: str) -> None:
+        super().__init__(f"source {source!r} is not inside the configured bucket {bucket!r}")
+        self.source = source
+
+
+class QuotaExceeded(PdfQueueError):
+    """A tenant used up one of its quotas (HTTP 429); a retry after `retry_after_s` may pass."""
+
+    http_status = 429
+
+    def __init__(self, quota: str, limit: int, retry_after_s: int) -> None:
+        super().__init__(f"quota {quota} ({limit}) is used up; retry in {retry_after_s} s")
+        self.quota = quota
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
+class UnsafeSource(PermanentError):
+    """A source path that could name another object than it seems to (`..`, `%2f`, ...)."""
+
+    def __init__(self, source: str, why: str) -> None:
+        super().__init__(f"source {source[:200]!r} is refused: {why}")
+        self.source = source
+
+
+class UnsupportedMediaType(PermanentError):
+    """The body is neither multipart/form-data nor a raw ZIP."""
+
+    http_status = 415
+
+
+class UploadAborted(PdfQueueError):
+    """The client went away mid-upload; the partial upload is removed (nobody reads the
+    answer: 499, nginx's "client closed request")."""
+
+    http_status = 499
+
+    def __init__(self) -> None:
+        super().__init__("the client disconnected mid-upload")
+
+
+class ServiceUnavailable(TransientError):
+    """A dependency did not answer in time, or refused more work (`service` says which)."""
+
+    reason = "service_unavailable"
+
+    def __init__(self, service: str, detail: str) -> None:
+        super().__init__(f"{service} is unavailable: {detail}")
+        self.service = service
+
+
+class RedisUnavailable(ServiceUnavailable):
+    """Redis failed or did not answer (raised by the stores that talk to it)."""
+
+    reason = "redis_unavailable"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("redis", detail)
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """PostgreSQL failed or did not answer (raised by pdfqueue.stores.db only)."""
+
+    reason = "database_unavailable"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("postgresql", detail)
+
+
+class DatabaseSchemaError(TransientError):
+    """A table or column is missing, or a privilege: a deployment to fix, not an outage;
+    retried, as the fix may land while the job waits."""
+
+    reason = "database_schema_error"
+
+
+class StorageError(TransientError):
+    """The object store failed in a way that may pass (5xx, timeout, connection reset)."""
+
+    reason = "storage_unavailable"
+
+    def public_detail(self) -> str:
+        return "storage is unavailable; retry later"  # the message names endpoint and key
+
+
+class ObjectNotFound(PermanentError):
+    http_status = 404
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"object {key!r} not found")
+        self.key = key
+
+
+UNTYPED_REASONS = ("timeout", "network_error", "internal_error")
+"""Reasons of failures no store typed: a job's own deadline, a socket error, a bug."""
+
+
+def _subclasses(cls: type[TransientError]) -> list[type[TransientError]]:
+    return [cls, *(s for sub in cls.__subclasses__() for s in _subclasses(sub))]
+
+
+def transient_reasons() -> tuple[str, ...]:
+    """Every reason `transient_reason` can return, in a stable order."""
+    typed = dict.fromkeys(c.reason for c in _subclasses(TransientError))
+    return (*typed, *UNTYPED_REASONS)
+
+
+def transient_reason(exc: BaseException) -> str:
+    """A short, bounded reason for an error worth retrying (for reports and metric labels)."""
+    if isinstance(exc, TransientError):
+        return exc.reason
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, OSError):
+        return "network_error"
+    return "internal_error"
+
+
+def is_transient(reason: str | None) -> bool:
+    """A per-file failure reason a retry may cure: any transient reason (`<service>_unavailable`
+    included) or a worker lost mid-job; the others (an unreadable PDF, no text) do not pass by
+    trying again."""
+    if reason is None:
+        return False
+    service, _, rest = reason.partition("_")
+    unavailable = rest == "unavailable" and service.isalpha()
+    return unavailable or reason == "worker_lost" or reason in transient_reasons()

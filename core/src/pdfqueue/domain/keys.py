@@ -1,0 +1,109 @@
+"""Every Redis key, object key and arq job id: one place, so producers and consumers agree."""
+
+from __future__ import annotations
+
+import re
+
+from pdfqueue.domain.errors import InvalidBatchId
+
+PREFIX = "pdfqueue"
+BATCH_ID_PATTERN = "^[0-9a-f]{32}$"
+"""Every batch id: a UUID as 32 lowercase hex digits, so it can never act as a glob or a path."""
+_BATCH_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def is_batch_id(value: object) -> bool:
+    return isinstance(value, str) and _BATCH_ID.fullmatch(value) is not None
+
+
+def checked(batch_id: str) -> str:
+    """`batch_id` itself, or InvalidBatchId: no key is ever built from anything else."""
+    if not is_batch_id(batch_id):
+        raise InvalidBatchId(str(batch_id))
+    return batch_id
+
+
+def batch(batch_id: str) -> str:
+    """Hash with the batch's status and counters (TTL, refreshed while it runs)."""
+    return f"{PREFIX}:batch:{checked(batch_id)}"
+
+
+def outcomes(batch_id: str) -> str:
+    """Hash of file index -> outcome: the once-only guard behind every counter."""
+    return f"{PREFIX}:batch:{checked(batch_id)}:outcomes"
+
+
+UPLOADS_PREFIX = "uploads/"
+"""Where uploaded archives are stored (the bucket's lifecycle rule expires them)."""
+
+
+def upload(batch_id: str) -> str:
+    """The object key of a batch's uploaded ZIP."""
+    return f"{UPLOADS_PREFIX}{checked(batch_id)}.zip"
+
+
+def linked_pdf(user_id: int, sha256: str) -> str:
+    """The content-addressed object key of a PDF linked to a user."""
+    return f"pdfs/{int(user_id)}/{sha256}.pdf"
+
+
+def quota(tenant: str, name: str) -> str:
+    """A tenant's quota counter: `uploads`, `inflight` or `bytes:<UTC date>`."""
+    return f"{PREFIX}:quota:{tenant}:{name}"
+
+
+def ingest_job(batch_id: str) -> str:
+    return f"ingest:{checked(batch_id)}"
+
+
+def process_job(batch_id: str, index: int) -> str:
+    return f"{process_job_prefix(batch_id)}{int(index)}"
+
+
+def retry_process_job(batch_id: str, round_: int, index: int) -> str:
+    """A `process` job of retry round `round_`: a new id, as arq keeps the first run's result."""
+    return f"{process_job_prefix(batch_id)}r{int(round_)}:{int(index)}"
+
+
+def webhook_job(batch_id: str, round_: int) -> str:
+    """The completion webhook of the batch's round `round_` (0 before any retry): one each."""
+    return f"webhook:{checked(batch_id)}:{int(round_)}"
+
+
+def retry_job(batch_id: str, round_: int) -> str:
+    """The job that fans out retry round `round_` of the batch (one per round)."""
+    return f"retry:{checked(batch_id)}:{int(round_)}"
+
+
+def process_job_prefix(batch_id: str) -> str:
+    """What every `process` job id of the batch starts with (compared as text, never a glob)."""
+    return f"process:{checked(batch_id)}:"
+
+
+def last_error(job_id: str) -> str:
+    """Why a job's latest try failed: its reason if it runs out of tries."""
+    return f"{PREFIX}:last-error:{job_id}"
+
+
+def fair_prefix(queue_name: str) -> str:
+    """What every fair-dispatch key of the queue starts with (pending work, windows, deficits)."""
+    return f"{PREFIX}:fair:{queue_name}:"
+
+
+def worker_heartbeat(pod_name: str) -> str:
+    """A worker pod's running-job count (TTL): the operator scales in idle pods first."""
+    return f"{PREFIX}:worker:{pod_name}:running"
+
+
+def operator_batches(queue_name: str) -> str:
+    """Hash of batch id -> the PdfBatch object mirroring it, until the batch is terminal.
+
+    Kept in Redis, not in the operator's memory, so a PdfBatch deleted while the operator
+    was down is still noticed (and its batch cancelled) when it comes back.
+    """
+    return f"{PREFIX}:operator:{queue_name}:pdfbatches"
+
+
+def operator_finished(queue_name: str, batch_id: str) -> str:
+    """The PdfBatch that mirrored a batch now terminal (TTL): a retry tracks it again."""
+    return f"{PREFIX}:operator:{queue_name}:finished:{checked(batch_id)}"

@@ -1,0 +1,526 @@
+"""The one typed settings class: every PDFQUEUE_* variable is read here and nowhere else."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from pdfqueue.domain.errors import ConfigurationError
+
+ARQ_TIMEOUT_MARGIN_S = 5.0
+"""Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+"""A tenant the operator accepts: it becomes a folder name under the source prefix."""
+_TENANT = re.compile(TENANT_PATTERN)
+PLACEHOLDER_DOMAINS = (
+    *("example.com", "example.org", "example.net", "reallygreatsite.com", "yourdomain.com"),
+    *("domain.com", "email.com", "youremail.com", "yourname.com", "yoursite.com", "company.com"),
+    *("yourwebsite.com", "website.com", "mysite.com", "sample.com", "test.com"),
+)
+"""Domains of résumé-template placeholders (Canva's `hello@reallygreatsite.com`, Word's
+`someone@example.com`, `yourname@email.com`, `you@yourdomain.com`): never a user's.
+`email.com` is a real mailbox provider too, but far more often a template's."""
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
+
+
+def valid_tenant(name: str) -> bool:
+    """Whether `name` can be a tenant the operator files batches under (TENANT_PATTERN)."""
+    return _TENANT.fullmatch(name) is not None
+
+
+_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Quota(BaseModel):
+    """One tenant's limits on uploads; 0 means no limit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uploads_per_minute: int = Field(ge=0)
+    bytes_per_day: int = Field(ge=0)
+    concurrent_batches: int = Field(ge=0)
+
+
+class TenantQuota(BaseModel):
+    """An entry of PDFQUEUE_TENANT_QUOTAS: the quotas it names replace the defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uploads_per_minute: int | None = Field(default=None, ge=0)
+    bytes_per_day: int | None = Field(default=None, ge=0)
+    concurrent_batches: int | None = Field(default=None, ge=0)
+
+
+_PLAIN_TOKEN = re.compile(r"^[\x21-\x7e]{32,1024}$")
+_HASHED_TOKEN = re.compile(r"^sha256:[0-9a-f]{64}$")
+MIN_TOKEN_CHARS = 32
+"""Shortest plain token: 32 random characters are out of reach of guessing."""
+
+
+def _token_problem(token: str) -> str | None:
+    """What is wrong with one stored token (plain or `sha256:<hex>`), in words without it."""
+    if token.startswith("sha256:"):
+        return None if _HASHED_TOKEN.match(token) else "a hash must be sha256: + 64 lowercase hex"
+    if _PLAIN_TOKEN.match(token):
+        return None
+    return f"a plain token must be {MIN_TOKEN_CHARS} to 1024 visible ASCII characters"
+
+
+def parse_api_tokens(value: str) -> dict[str, str]:
+    """`tenant:token,...` as {stored token: tenant}; every error names an entry by position only."""
+    tokens: dict[str, str] = {}
+    seen: dict[str, str] = {}  # hash -> tenant
+    entries = [e.strip() for e in value.split(",")]
+    for number, entry in enumerate(filter(None, entries), start=1):
+        tenant, sep, token = entry.partition(":")
+        where = f"PDFQUEUE_API_TOKENS entry {number}"
+        if not sep or not tenant or not token or tenant == "sha256":
+            msg = f"{where} is not tenant:token"
+            raise ValueError(msg)
+        if not _TENANT.match(tenant):
+            msg = f"{where}: a tenant is 1-63 letters, digits, '_', '.' or '-'"
+            raise ValueError(msg)
+        problem = _token_problem(token)
+        if problem:
+            msg = f"{where}: {problem}"  # no tenant: with a colon in a token, it could be a part
+            raise ValueError(msg)
+        if _stored_hash(token) in seen:
+            other = seen[_stored_hash(token)]
+            msg = f"{where} (tenant {tenant}) repeats the token of tenant {other}"
+            raise ValueError(msg)
+        seen[_stored_hash(token)] = tenant
+        tokens[token] = tenant
+    return tokens
+
+
+def _stored_hash(token: str) -> str:
+    """A token as its hash, so a plain entry and a hashed entry of one token are one token."""
+    if token.startswith("sha256:"):
+        return token
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+def _with_password(service: str, url: str, password: object) -> str:
+    """`url` with `password` in its user part; never echoes either (both are secrets)."""
+    name = f"PDFQUEUE_{service.upper()}"
+    secret = password.get_secret_value() if isinstance(password, SecretStr) else str(password)
+    if not _URL_SAFE.fullmatch(secret):
+        msg = f"{name}_PASSWORD may hold only A-Z a-z 0-9 - . _ ~ (it goes into a URL as it is)"
+        raise ValueError(msg)
+    parts = urlsplit(url)
+    if parts.password is not None:
+        msg = f"{name}_URL carries a password and {name}_PASSWORD is set: choose one"
+        raise ValueError(msg)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{secret}@{host}"))
+
+
+class Settings(BaseSettings):
+    """Configuration for every pdfqueue process, built once at start and passed down."""
+
+    # Validation errors never echo a value: PDFQUEUE_API_TOKENS holds every tenant's secret and
+    # PDFQUEUE_DATABASE_URL a password, and these messages end up in logs.
+    model_config = SettingsConfigDict(
+        env_prefix="PDFQUEUE_", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
+
+    # --- services -----------------------------------------------------------------------------
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis holding the arq queue and live batch state. Must be `noeviction` with AOF."""
+    redis_strict: bool = False
+    """Refuse to start (instead of warning) when Redis is not `noeviction` with AOF on."""
+    database_url: str = "postgresql://pdfqueue:pdfqueue@127.0.0.1:5432/pdfqueue"
+    """PostgreSQL holding the durable record and the host application's users table."""
+    redis_password: SecretStr | None = None
+    """Password put into a `redis_url` that carries none (e.g. from a Kubernetes Secret, while
+    the URL sits in a ConfigMap). URL-safe characters only: `A-Z a-z 0-9 - . _ ~`."""
+    database_password: SecretStr | None = None
+    """Password put into a `database_url` that carries none, like `redis_password`."""
+    storage_url: str = "file://./.pdfqueue/storage"
+    """Where uploads and linked PDFs live: `s3://bucket/prefix` or `file:///path`."""
+    s3_endpoint_url: str | None = None
+    """S3 endpoint for non-AWS stores (versitygw, MinIO); credentials come from `AWS_*`."""
+    s3_path_style: bool = True
+    """Address buckets by path (`endpoint/bucket/key`), which every S3-compatible server accepts."""
+    s3_create_bucket: bool = True
+    """Let `pdfqueue migrate` create the bucket when it does not exist."""
+    uploads_expire_days: int = Field(default=7, ge=0)
+    """Uploaded ZIPs (`uploads/`) expire this many days after upload, through an S3 lifecycle
+    rule that `pdfqueue migrate` sets (0: no rule). A retry needs the ZIP, so keep it above the
+    time a batch may wait for one. Stores without lifecycle support get a warning instead."""
+    users_table: str = "users"
+    """The host application's table with columns `id`, `email`, `pdf_url`."""
+    users_tenant_column: str | None = None
+    """Text column of the users table naming each user's tenant. When set, a batch matches
+    and links only users whose column equals the batch's tenant (taken from the batch's row);
+    unset, every tenant matches against every user."""
+    trusted_tenants: Annotated[frozenset[str], NoDecode] = frozenset()
+    """Tenants, comma separated, whose per-file report shows `user_id` and `object_key`;
+    for every other tenant both are null (they name users of the host application)."""
+
+    # --- API ----------------------------------------------------------------------------------
+    api_tokens: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """`tenant:token` pairs, comma separated; `tenant:sha256:<hex>` stores only the hash. A plain
+    token has 32 to 1024 visible ASCII characters, a hash is 64 lowercase hex digits, and no
+    token may belong to two tenants. Errors name the entry by position, never its text."""
+    api_tokens_file: str | None = None
+    """A file holding what PDFQUEUE_API_TOKENS would (a mounted Secret, say), so the tokens
+    stay out of the environment that child processes inherit. Setting both is refused."""
+    allow_anonymous: bool = False
+    """Let the API start without tokens, every caller then being the one tenant `public`.
+    Without it, an API with no tokens refuses to start."""
+    max_upload_bytes: int = 2 * 1024**3
+    """Largest accepted upload; larger bodies get 413 while streaming."""
+    upload_part_bytes: int = 8 * 1024**2
+    """Chunk size for streaming an upload into storage (S3 multipart part size, >= 5 MiB)."""
+    public_url: str | None = None
+    """Base URL the API advertises in `status_url`; defaults to the request's own URL."""
+    kubernetes_namespace: str | None = None
+    """When set, the API also creates a `PdfBatch` object in this namespace for each upload."""
+    events_interval_s: float = Field(default=0.5, gt=0)
+    """How often the API reads each batch that event streams watch (once per batch, whatever
+    the number of streams) and sends the changes."""
+    max_event_streams: int = Field(default=2000, ge=1)
+    """Event streams one API process keeps open at once; more get 503."""
+
+    # --- per-tenant quotas on uploads (429 with Retry-After; 0 turns a quota off) --------------
+    quota_uploads_per_minute: int = Field(default=30, ge=0)
+    """Uploads one tenant may start in any 60 s."""
+    quota_bytes_per_day: int = Field(default=50 * 1024**3, ge=0)
+    """Bytes one tenant may upload per UTC day, counted as they stream (refused ones too)."""
+    quota_concurrent_batches: int = Field(default=10, ge=0)
+    """Batches of one tenant not yet COMPLETED, FAILED or CANCELLED, uploads in progress
+    included."""
+    tenant_quotas: dict[str, TenantQuota] = Field(default_factory=dict)
+    """Per-tenant overrides as JSON, e.g. `{"acme": {"bytes_per_day": 0}}`; a quota not
+    named keeps the default above."""
+
+    # --- Kubernetes: operator, worker heartbeat -----------------------------------------------
+    kubeconfig: str | None = None
+    """Kubeconfig for the API and operator outside a pod; in a pod, its ServiceAccount is used."""
+    pod_name: str | None = Field(default=None, validation_alias="HOSTNAME")
+    """This pod's name (Kubernetes sets HOSTNAME to it): keys the worker's heartbeat."""
+    worker_heartbeat_s: float = 2.0
+    """How often a worker publishes its running-job count (TTL 3x) for scale-in ordering."""
+    operator_scale_interval_s: float = 1.0
+    """How often the operator reads the queue depth and sets the workers' replicas."""
+    operator_status_interval_s: float = 2.0
+    """How often the operator copies batch progress into PdfBatch `.status`."""
+    operator_worker_selector: str = (
+        "app.kubernetes.io/component=worker,app.kubernetes.io/part-of=pdfqueue"
+    )
+    """Label selector of the worker Deployments the operator scales."""
+    operator_health_port: int = 8080
+    """Port of the operator's liveness endpoint (kopf's `/healthz`)."""
+    operator_namespace_tenants: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """`namespace:tenant` pairs, comma separated: the tenant of every PdfBatch in that namespace
+    (its `spec.tenant` may only repeat it). `namespace:*` trusts the namespace's writers to name
+    any tenant in `spec.tenant` (the API's namespace: only the API and cluster admins may create
+    PdfBatches there). PdfBatches in any other namespace are refused. PDFQUEUE_KUBERNETES_NAMESPACE,
+    when set, and the operator's own namespace (in a pod) count as `*`."""
+    operator_source_prefix: str = "incoming/"
+    """Folder (under the storage prefix) holding the ZIPs of PdfBatch manifests, one subfolder
+    per tenant: `spec.source` must be `<storage>/incoming/<tenant>/...`. Never `uploads/` or
+    `pdfs/`, so a manifest cannot name an upload or a linked PDF of any tenant."""
+
+    # --- batches and archives -----------------------------------------------------------------
+    batch_ttl_s: int = 3600
+    """Live state in Redis expires this long after the batch's last activity."""
+    max_members: int = 100_000
+    """Most ZIP members one upload may hold (directories included)."""
+    max_directory_bytes: int = Field(default=32 * 1024**2, ge=0)
+    """Largest ZIP central directory, read before any member: 100,000 entries with names of
+    ~200 bytes fit, while a directory of millions of empty entries is refused up front."""
+    max_pdf_bytes: int = 16 * 1024**2
+    """Largest uncompressed size of one member: a résumé is well under 1 MiB, 16 MiB leaves
+    room for scans. Members inflate in the parsing process, under its memory limit."""
+    max_total_uncompressed_bytes: int = 20 * 1024**3
+    """Largest sum of uncompressed member sizes in one ZIP."""
+    max_compression_ratio: float = 200.0
+    """Largest uncompressed/compressed ratio of one member; higher looks like a zip bomb."""
+
+    # --- worker -------------------------------------------------------------------------------
+    queue_name: str = "pdfqueue:queue"
+    """The arq queue (a Redis sorted set)."""
+    worker_max_jobs: int = 4
+    """Jobs one worker runs at once; with `pdfs_per_job` this bounds the PDFs in flight
+    (64 by default), enough to keep a parser busy while others wait on I/O."""
+    pdfs_per_job: int = Field(default=16, ge=1, le=1000)
+    """PDFs one `process` job handles: neighbours in the ZIP, read with one ranged GET and
+    matched with one query. Each still gets its own outcome, and a retry redoes only the
+    PDFs without one."""
+    worker_poll_delay_s: float = 0.05
+    """How often an idle worker asks Redis for ready jobs (arq's default 0.5 s caps throughput)."""
+    extract_processes: int = 0
+    """Processes parsing PDFs per worker; 0 means one per CPU."""
+    extract_timeout_s: float = 10.0
+    """Hard limit for reading one PDF; the parsing process is killed after it. Keep it under
+    PDFQUEUE_JOB_TIMEOUT_S - 4 s, the time a job gives parsing, or a PDF at the limit is
+    retried until its tries run out before it fails with `timeout`."""
+    extract_max_pages: int = 50
+    """Pages read per PDF when looking for an email; an email is almost always on page one."""
+    extract_max_page_chars: int = Field(default=100_000, ge=1)
+    """Characters of one page's text searched for addresses. A dense page has under 15,000; the
+    cap bounds the work a page of hostile text can cause (the search is linear in it)."""
+    extract_memory_bytes: int = 320 * 1024**2
+    """Address-space limit of each parsing process, so a decompression bomb fails one file
+    (256 MiB still reads ordinary PDFs and inflates a member of `PDFQUEUE_MAX_PDF_BYTES`;
+    PDFium aborts its process at the limit, which fails that file as `too_large`)."""
+    extract_tasks_per_process: int = 5000
+    """Recycle a parsing process after this many PDFs to bound slow leaks (its memory limit
+    already bounds a fast one; recycling every 500 cost ~0.8 ms of CPU per PDF)."""
+    ocr_max_pages: int = Field(default=2, ge=0)
+    """Pages per PDF read by OCR (Tesseract) when they have no usable text layer: the first
+    such page, then the next only while no user matched. 0 turns OCR off (such files are
+    `skipped_no_match` with reason `needs_ocr`)."""
+    ocr_timeout_s: float = Field(default=10.0, gt=0)
+    """Hard limit for reading one PDF when OCR is needed (~1-2 s a page on one core), in
+    place of PDFQUEUE_EXTRACT_TIMEOUT_S; keep it under PDFQUEUE_JOB_TIMEOUT_S - 4 s too."""
+    placeholder_domains: Annotated[frozenset[str], NoDecode] = frozenset(PLACEHOLDER_DOMAINS)
+    """Domains, comma separated, whose addresses never link (nor do their subdomains'):
+    résumé templates ship with them (`hello@reallygreatsite.com`, `email@example.com`)."""
+    job_timeout_s: float = 15.0
+    """Deadline of one job; past it the job is retried (never lost). arq's own hard limit is
+    this plus `ARQ_TIMEOUT_MARGIN_S`, and a SIGKILLed worker's job runs again after that
+    plus 10 s: 30 s with the defaults."""
+    job_completion_wait_s: int = 30
+    """On SIGTERM, how long running jobs may finish. Must exceed arq's hard limit
+    (job_timeout_s + 5); a pod's terminationGracePeriodSeconds must exceed this."""
+    max_tries: int = 8
+    """Tries of one PDF before a transient error becomes its final outcome. With the default
+    delays the tries span at least ~45 s, so a database failover or S3 blip fails nothing."""
+    retry_base_delay_s: float = 1.0
+    """First retry delay; doubles each try up to retry_max_delay_s, half of it jittered."""
+    retry_max_delay_s: float = 30.0
+    """Ceiling of the retry delay."""
+    enqueue_chunk: int = 500
+    """Process jobs written to Redis per round trip by ingest."""
+
+    # --- completion webhooks (see README "Webhooks") ------------------------------------------
+    webhook_urls: dict[str, str] = Field(default_factory=dict)
+    """Per-tenant completion webhook as JSON, e.g. `{"acme": "https://hooks.acme.example/pdf"}`:
+    called when any of the tenant's batches completes, unless its upload named its own
+    `callback_url`. Checked like a callback_url at every delivery."""
+    webhook_secrets: dict[str, SecretStr] = Field(default_factory=dict)
+    """Per-tenant webhook signing secrets as JSON, e.g. `{"acme": "<32+ random characters>"}`
+    (mount it from a Secret); a tenant without one cannot name a callback_url. Never logged."""
+    webhook_allow_http_loopback: bool = False
+    """Development only: also call plain `http://` webhooks whose host is a loopback address.
+    Without it only `https://` URLs resolving to public addresses are called."""
+    webhook_deadline_s: float = Field(default=3600.0, gt=0)
+    """How long after a batch completes its webhook is still retried (with backoff)."""
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    """Time limit of one webhook request (connect, send, answer)."""
+
+    # --- fair dispatch (see README "Fair dispatch") -------------------------------------------
+    dispatch_fair: bool = True
+    """Release process jobs into the queue fairly, in windows, instead of all at ingest."""
+    dispatch_window_jobs: int = Field(default=0, ge=0)
+    """Most released jobs ready or running at once over all tenants; 0 means twice the
+    `worker_max_jobs` of the live workers."""
+    dispatch_tenant_window_jobs: int = Field(default=0, ge=0)
+    """Most released jobs ready or running at once per tenant; 0 means the overall window."""
+    dispatch_batch_window_jobs: int = Field(default=0, ge=0)
+    """Most released jobs ready or running at once per batch; 0 means the tenant window."""
+    dispatch_tenant_weights: dict[str, Annotated[int, Field(ge=1, le=1000)]] = Field(
+        default_factory=dict
+    )
+    """Per-tenant weights as JSON, e.g. `{"acme": 2}`: a tenant's share of the workers when
+    tenants compete; a tenant not named weighs 1."""
+    dispatch_tenant_inflight_caps: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict
+    )
+    """Per-tenant caps on released jobs ready or running at once, as JSON, e.g.
+    `{"acme": 8}`; replaces the tenant window for the tenants named."""
+    dispatch_tick_s: float = Field(default=1.0, gt=0)
+    """How often each worker runs the dispatcher besides when jobs finish (recovers the
+    slots of jobs whose worker died)."""
+
+    # --- observability ------------------------------------------------------------------------
+    metrics_port: int = 9100
+    """Port of this process's own `/metrics` (worker, operator); 0 turns it off. The API
+    serves `/metrics` on its HTTP port instead. Each process has its own endpoint: run several
+    workers on one host with different ports."""
+    metrics_interval_s: float = 5.0
+    """How often the queue-depth and Redis-memory gauges are refreshed."""
+    otel_traces_exporter: str | None = Field(default=None, validation_alias="OTEL_TRACES_EXPORTER")
+    """Standard OTel variable: `otlp` turns trace export on, `none` keeps it off."""
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+        ),
+    )
+    """Standard OTel variable: setting an endpoint turns trace export on."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _add_service_passwords(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        for service in ("redis", "database"):
+            password = data.get(f"{service}_password")
+            if password:
+                url = data.get(f"{service}_url") or cls.model_fields[f"{service}_url"].default
+                data = {**data, f"{service}_url": _with_password(service, str(url), password)}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_tokens_file(cls, data: object) -> object:
+        if not isinstance(data, dict) or not data.get("api_tokens_file"):
+            return data
+        if data.get("api_tokens"):
+            msg = "PDFQUEUE_API_TOKENS and PDFQUEUE_API_TOKENS_FILE are both set: choose one"
+            raise ValueError(msg)
+        try:
+            tokens = Path(data["api_tokens_file"]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:  # the reason, never the content
+            msg = f"PDFQUEUE_API_TOKENS_FILE cannot be read: {type(exc).__name__}"
+            raise ValueError(msg) from None
+        return {**data, "api_tokens": tokens.replace("\n", ",")}
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _parse_tokens(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        return parse_api_tokens(value)
+
+    @field_validator("operator_namespace_tenants", mode="before")
+    @classmethod
+    def _parse_namespace_tenants(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        mapping: dict[str, str] = {}
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            namespace, _, tenant = (part.strip() for part in entry.partition(":"))
+            if not _NAMESPACE.fullmatch(namespace) or not (
+                tenant == "*" or _TENANT.fullmatch(tenant)
+            ):
+                msg = f"PDFQUEUE_OPERATOR_NAMESPACE_TENANTS entry {entry[:80]!r} is not ns:tenant"
+                raise ValueError(msg)
+            if namespace in mapping:
+                msg = f"PDFQUEUE_OPERATOR_NAMESPACE_TENANTS names namespace {namespace!r} twice"
+                raise ValueError(msg)
+            mapping[namespace] = tenant
+        return mapping
+
+    @field_validator("operator_source_prefix")
+    @classmethod
+    def _check_source_prefix(cls, value: str) -> str:
+        segments = value.strip("/").split("/")
+        if any(not _SEGMENT.fullmatch(s) for s in segments) or segments[0] in {"uploads", "pdfs"}:
+            msg = (
+                f"PDFQUEUE_OPERATOR_SOURCE_PREFIX {value!r} must be a plain folder"
+                " other than uploads/ and pdfs/"
+            )
+            raise ValueError(msg)
+        return "/".join(segments) + "/"
+
+    @field_validator("users_table")
+    @classmethod
+    def _check_table(cls, value: str) -> str:
+        if not _IDENT.fullmatch(value):
+            msg = f"PDFQUEUE_USERS_TABLE {value!r} is not a plain [schema.]table name"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("users_tenant_column")
+    @classmethod
+    def _check_column(cls, value: str | None) -> str | None:
+        if value is not None and not _COLUMN.fullmatch(value):
+            msg = f"PDFQUEUE_USERS_TENANT_COLUMN {value!r} is not a plain column name"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("trusted_tenants", mode="before")
+    @classmethod
+    def _parse_tenants(cls, value: object) -> object:
+        if isinstance(value, str):
+            return frozenset(filter(None, (t.strip() for t in value.split(","))))
+        return value
+
+    @field_validator("placeholder_domains", mode="before")
+    @classmethod
+    def _parse_domains(cls, value: object) -> object:
+        if isinstance(value, str):
+            return frozenset(filter(None, (d.strip().lower() for d in value.split(","))))
+        return value
+
+    @field_validator("upload_part_bytes")
+    @classmethod
+    def _check_part(cls, value: int) -> int:
+        if value < 5 * 1024**2:
+            msg = "PDFQUEUE_UPLOAD_PART_BYTES must be at least 5 MiB (the S3 multipart minimum)"
+            raise ValueError(msg)
+        return value
+
+    def quota_for(self, tenant: str) -> Quota:
+        """The tenant's quotas: its PDFQUEUE_TENANT_QUOTAS entry over the defaults."""
+        default = Quota(
+            uploads_per_minute=self.quota_uploads_per_minute,
+            bytes_per_day=self.quota_bytes_per_day,
+            concurrent_batches=self.quota_concurrent_batches,
+        )
+        override = self.tenant_quotas.get(tenant)
+        if override is None:
+            return default
+        return default.model_copy(update=override.model_dump(exclude_none=True))
+
+    @property
+    def export_traces(self) -> bool:
+        """Export spans over OTLP/HTTP? Off unless an OTLP endpoint or exporter is configured."""
+        if self.otel_traces_exporter:
+            return "otlp" in {e.strip().lower() for e in self.otel_traces_exporter.split(",")}
+        return bool(self.otel_exporter_otlp_endpoint)
+
+    @cached_property
+    def arq_timeout_s(self) -> float:
+        """arq's hard limit per job: a backstop that a job's own deadline should never reach."""
+        return self.job_timeout_s + ARQ_TIMEOUT_MARGIN_S
+
+    @property
+    def retry_window_s(self) -> int:
+        """How long a finished batch keeps what only a retry needs in Redis (the PdfBatch
+        mirroring it): as long as its ZIP is kept, a week when uploads never expire."""
+        return (self.uploads_expire_days or 7) * 86400
+
+    def check_api_auth(self) -> None:
+        """Fail closed: an API without tokens runs only when anonymous access is asked for."""
+        if not self.api_tokens and not self.allow_anonymous:
+            msg = (
+                "PDFQUEUE_API_TOKENS is empty: the API refuses to start without tokens "
+                "(set PDFQUEUE_ALLOW_ANONYMOUS=true to run it open, for local use only)"
+            )
+            raise ConfigurationError(msg)
+        if self.api_tokens and self.allow_anonymous:
+            msg = "PDFQUEUE_ALLOW_ANONYMOUS=true and PDFQUEUE_API_TOKENS are both set: choose one"
+            raise ConfigurationError(msg)
+
+    def check_shutdown_rule(self) -> None:
+        """Refuse a completion wait that would cut running jobs off (grace > wait > timeout)."""
+        if self.job_completion_wait_s <= self.arq_timeout_s:
+            msg = (
+                f"PDFQUEUE_JOB_COMPLETION_WAIT_S ({self.job_completion_wait_s}) must exceed "
+                f"PDFQUEUE_JOB_TIMEOUT_S + {ARQ_TIMEOUT_MARGIN_S:g} ({self.arq_timeout_s:g})"
+            )
+            raise ValueError(msg)

@@ -1,0 +1,299 @@
+"""The batch lifecycle: every transition of a batch, and the only code that writes its state.
+
+    register --> PENDING --start--> PROCESSING --record (its last file)--> COMPLETED
+                    |                    |      ^                               |
+                    |                    |      +----------- requeue ----------+
+                    |                    |           (a retry round of its failed files)
+                    +------- fail -------+--> FAILED       (ingest refused or gave up)
+                    +------ cancel ------+--> CANCELLED    (pending work dropped)
+
+Each transition writes the live state in Redis first (`state`: its Lua scripts count every
+file once and flip the batch on its last one), then the durable row in PostgreSQL, then the
+batch metric. A process that dies in between leaves Redis ahead: `settle`, run by whatever
+touches the batch next, writes the terminal status PostgreSQL missed. Live state that expired
+mid-batch is rebuilt from PostgreSQL (`restore`). Every completion this process writes runs
+`on_completed` (the worker's queues the completion webhook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import BatchConflict, BatchNotFound, BatchNotRetryable
+from pdfqueue.domain.models import (
+    TERMINAL,
+    BatchStatus,
+    BatchSummary,
+    Decision,
+    FileRef,
+    OwnedBatch,
+    RetryRound,
+)
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
+from pdfqueue.stores.db import Database
+from pdfqueue.stores.fair import drop_pending
+from pdfqueue.stores.queue import Job, enqueue, queued_with_prefix, remove
+from pdfqueue.stores.state import BatchState, Recorded
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """Batch transitions over one PostgreSQL, one Redis and one queue."""
+
+    db: Database
+    state: BatchState
+    redis: Redis
+    queue_name: str
+    on_completed: Callable[[str], Awaitable[None]] | None = None
+    """Run with the batch id on every completion written here, a repeated one included."""
+
+    @classmethod
+    def of(cls, db: Database, redis: Redis, settings: Settings) -> Lifecycle:
+        return cls(db, BatchState(redis, settings.batch_ttl_s), redis, settings.queue_name)
+
+    async def ping(self) -> None:
+        """Raise RedisUnavailable unless Redis answers."""
+        await self.state.ping()
+
+    # --- reading ---------------------------------------------------------------------------
+    async def read(self, batch_id: str) -> OwnedBatch | None:
+        """The live summary and its tenant, or the durable ones once the live state expired;
+        None if unknown."""
+        live = await self.state.read(batch_id)
+        if live is not None:
+            return live
+        row = await self.db.batch(batch_id)
+        return OwnedBatch(row.summary, row.tenant) if row is not None else None
+
+    async def read_for(self, tenant: str, batch_id: str) -> BatchSummary:
+        """The batch of `tenant`; BatchNotFound for unknown batches and everybody else's."""
+        found = await self.read(batch_id)
+        if found is None or found.tenant != tenant:
+            raise BatchNotFound(batch_id)
+        return found.summary
+
+    async def live(self, durable: BatchSummary) -> BatchSummary:
+        """A durable summary with the live counters of a batch still running."""
+        if durable.status in TERMINAL:
+            return durable
+        live = await self.state.read(durable.batch_id)
+        if live is None:
+            return durable
+        return live.summary.model_copy(update={"file_name": durable.file_name})
+
+    async def status(self, batch_id: str) -> BatchStatus | None:
+        """The live status (None once the live state expired)."""
+        return await self.state.status(batch_id)
+
+    async def unrecorded(self, batch_id: str, indexes: Sequence[int]) -> list[int]:
+        """Those of `indexes` without an outcome yet (what a retried job still has to do)."""
+        return await self.state.unrecorded(batch_id, indexes)
+
+    # --- transitions -----------------------------------------------------------------------
+    async def register(
+        self,
+        *,
+        batch_id: str,
+        tenant: str,
+        source_key: str,
+        pdfbatch_uid: str | None = None,
+        file_name: str | None = None,
+    ) -> BatchSummary:
+        """Create the durable row and the live state and enqueue `ingest`, each only once.
+
+        Safe to call again for the same batch (an operator re-reconciling, a retried request):
+        an existing row is kept, live state is not reset, and the ingest job id is
+        deterministic. An existing row with another tenant, source or PdfBatch raises
+        BatchConflict: live state only ever carries the tenant PostgreSQL holds.
+        """
+        row = await self.db.create_batch(
+            batch_id, tenant, source_key, pdfbatch_uid=pdfbatch_uid, file_name=file_name
+        )
+        if (row.tenant, row.source_key, row.pdfbatch_uid) != (tenant, source_key, pdfbatch_uid):
+            raise BatchConflict(batch_id)
+        summary = row.summary
+        if summary.status in TERMINAL:
+            return summary
+        created = await self.state.create(
+            batch_id, row.tenant, summary.created_at, summary.file_name
+        )
+        job = Job(keys.ingest_job(batch_id), "ingest", {"batch_id": batch_id, "source": source_key})
+        await enqueue(self.redis, self.queue_name, [job])
+        if created:
+            metrics.batch_entered(BatchStatus.PENDING)
+        return summary
+
+    async def unregister(self, batch_id: str, timeout_s: float) -> None:
+        """Undo `register` of an upload that failed: best effort, each step within
+        `timeout_s`, as the store that failed may still be down."""
+        for step in (
+            self.db.delete_batch(batch_id),
+            self.state.delete(batch_id),
+            remove(self.redis, self.queue_name, [keys.ingest_job(batch_id)]),
+        ):
+            try:
+                await asyncio.wait_for(step, timeout_s)
+            except Exception as exc:
+                log.warning("clean-up step failed: %r", exc, extra={"batch_id": batch_id})
+
+    async def start(
+        self, batch_id: str, total_files: int, ignored: Sequence[tuple[int, str, str]]
+    ) -> BatchStatus | None:
+        """Ingest listed the archive: `total_files` to process, `ignored` members (index,
+        name, reason) only reported. PENDING becomes PROCESSING, or COMPLETED at once when
+        nothing is left to process."""
+        await self.db.record_ignored(batch_id, ignored)
+        await self.db.start_batch(batch_id, total_files, len(ignored))
+        status = await self.state.start(batch_id, total_files, len(ignored))
+        if status is None:
+            await self.restore(batch_id)
+            status = await self.state.start(batch_id, total_files, len(ignored))
+        if status is BatchStatus.COMPLETED:  # nothing to process: an empty archive
+            await self._completed(batch_id, first=True)
+        else:
+            metrics.batch_entered(BatchStatus.PROCESSING)
+        return status
+
+    async def record(self, batch_id: str, decided: Mapping[FileRef, Decision]) -> list[Decision]:
+        """Record each file's outcome exactly once; returns, in order, what counts for each
+        (an earlier try's outcome and reason win over this try's).
+
+        PostgreSQL is written first: a crash between the two writes leaves rows that the
+        retry finds, so the retry reports the same outcomes and the Redis script counts each
+        once. The file that completes the batch completes its durable row too.
+        """
+        stored = await self.db.record_files(
+            batch_id, {ref: d for ref, d in decided.items() if not d.stored}
+        )
+        # what counts is what PostgreSQL holds: an earlier try's row wins over this try's
+        final = [stored.get(ref.index, d) for ref, d in decided.items()]
+        pairs = [(ref.index, d.outcome) for ref, d in zip(decided, final, strict=True)]
+        done = await self.state.record(batch_id, pairs)
+        if Recorded.MISSING in done.codes:
+            await self.restore(batch_id)
+            done = await self.state.record(batch_id, pairs)
+        for d, code in zip(final, done.codes, strict=True):
+            if code in (Recorded.COUNTED, Recorded.COMPLETED_BATCH):
+                metrics.document_counted(d.outcome, d.reason)
+        if done.status == BatchStatus.COMPLETED.value:
+            await self._completed(batch_id, first=Recorded.COMPLETED_BATCH in done.codes)
+        return final
+
+    async def _completed(self, batch_id: str, *, first: bool) -> None:
+        """Redis says COMPLETED: the durable row follows, then the hook. `first` is the one
+        write that completed it (a redelivery repeats the rest, not the metric)."""
+        await self.db.finish_batch(batch_id, BatchStatus.COMPLETED)
+        if first:
+            metrics.batch_entered(BatchStatus.COMPLETED)
+            log.info("batch completed", extra={"batch_id": batch_id})
+        if self.on_completed is not None:
+            await self.on_completed(batch_id)
+
+    async def requeue(self, batch_id: str, *, all_failed: bool) -> RetryRound:
+        """Start a retry round of the batch's failed files (transient ones unless
+        `all_failed`): COMPLETED becomes PROCESSING, each chosen file undecided again.
+
+        PostgreSQL decides first, under the batch row's lock, so racing calls start one
+        round; the Redis step is guarded by the round number, so repeating it changes
+        nothing twice. Raises BatchNotRetryable when the batch is not COMPLETED, has no such
+        file, or its last round still runs. Safe to call again: a round whose Redis step or
+        job is missing (its caller died) is completed, not started twice.
+        """
+        round_ = await self.db.begin_retry(batch_id, all_failed=all_failed)
+        outcome = await self._reset_live(round_)
+        if not round_.started and outcome == "running" and await self.status(batch_id) in TERMINAL:
+            # The last round completed in Redis; whoever completed it died before PostgreSQL.
+            await self.settle(batch_id)
+            round_ = await self.db.begin_retry(batch_id, all_failed=all_failed)
+            outcome = await self._reset_live(round_)
+        job = Job(
+            keys.retry_job(batch_id, round_.number),
+            "retry",
+            {"batch_id": batch_id, "source": round_.source_key, "retry_round": round_.number},
+        )
+        await self._track_again(batch_id)
+        # Queued even when the round runs already: the call that started it may have died
+        # before this line, and the id makes a second enqueue a no-op.
+        await enqueue(self.redis, self.queue_name, [job])
+        if not round_.started and outcome == "running":
+            raise BatchNotRetryable(batch_id, "its retry is still running")
+        return round_
+
+    async def _reset_live(self, round_: RetryRound) -> str:
+        """The round's Redis step: 'started', 'running' (done already) or 'restored'."""
+        files = await self.db.retrying_files(round_.batch_id)
+        outcome = await self.state.reset_for_retry(round_.batch_id, round_.number, list(files))
+        if outcome == "missing":  # live state expired: the durable record has the round
+            await self.restore(round_.batch_id)
+            return "restored"
+        if outcome not in {"started", "running"}:
+            raise BatchNotRetryable(round_.batch_id, f"its live state is {outcome}")
+        return outcome
+
+    async def _track_again(self, batch_id: str) -> None:
+        """The PdfBatch mirroring the batch, if any, follows its new round (the operator
+        stopped mirroring it when it ended, and left its reference for this)."""
+        ref = await self.redis.get(keys.operator_finished(self.queue_name, batch_id))
+        if ref is not None:
+            await self.redis.hset(keys.operator_batches(self.queue_name), batch_id, ref)  # type: ignore[misc]
+
+    async def fail(self, batch_id: str, error: str) -> None:
+        """The batch cannot run (its archive is refused, ingest ran out of tries)."""
+        await self.state.set_status(batch_id, BatchStatus.FAILED, error)
+        await self.db.finish_batch(batch_id, BatchStatus.FAILED, error)
+        metrics.batch_entered(BatchStatus.FAILED)
+
+    async def cancel(self, batch_id: str) -> int:
+        """Mark the batch CANCELLED and drop its pending and queued jobs; returns how many
+        were dropped.
+
+        Running jobs finish and are counted (`process` checks the status before it starts).
+        The caller decides whether the batch may still be cancelled, i.e. is not terminal.
+        """
+        await self.state.set_status(batch_id, BatchStatus.CANCELLED)
+        await self.db.finish_batch(batch_id, BatchStatus.CANCELLED)
+        metrics.batch_entered(BatchStatus.CANCELLED)
+        dropped = await drop_pending(self.redis, self.queue_name, batch_id)
+        pending = [keys.ingest_job(batch_id)]
+        pending += await queued_with_prefix(
+            self.redis, self.queue_name, keys.process_job_prefix(batch_id)
+        )
+        return dropped + await remove(self.redis, self.queue_name, pending)
+
+    async def settle(self, batch_id: str) -> None:
+        """Write to PostgreSQL a terminal status that Redis holds; idempotent.
+
+        Every transition writes Redis first, then PostgreSQL: a process that dies in between
+        leaves the durable row unfinished, and it would hold one of its tenant's
+        concurrent-batch slots for good. Whatever runs next for the batch (a redelivered
+        job, a repeated cancel) calls this.
+        """
+        live = await self.state.read(batch_id)
+        if live is not None and live.summary.status in TERMINAL:
+            await self.db.finish_batch(batch_id, live.summary.status, live.summary.error)
+
+    async def restore(self, batch_id: str) -> None:
+        """Live state expired mid-batch (it outlived its TTL): rebuild it from the durable
+        rows."""
+        row = await self.db.batch(batch_id)
+        if row is None:
+            return
+        summary = row.summary
+        outcomes = await self.db.outcomes(batch_id)
+        if (
+            summary.status is BatchStatus.PROCESSING
+            and summary.total_files is not None
+            and len(outcomes) >= summary.total_files
+        ):
+            summary = summary.model_copy(update={"status": BatchStatus.COMPLETED})
+        log.warning("restoring expired live state", extra={"batch_id": batch_id})
+        await self.state.restore(summary, row.tenant, outcomes)

@@ -1,0 +1,1 @@
+"""Observability: logging, tracing, metrics and periodic tasks; never imports a store."""

@@ -1,0 +1,262 @@
+"""Prometheus metrics of every pdfqueue process, grouped by the component that exports them.
+
+Each process serves its own registry (the API on its `/metrics` route, a worker or the
+operator on `PDFQUEUE_METRICS_PORT`) and Prometheus sums over processes; there is no
+multiprocess mode. Metrics are created unregistered and a process registers only its own
+groups (`register("worker")`), so the API never exports an always-zero worker gauge.
+Label values are bounded: outcomes, reasons, stages, routes, statuses; never a batch id or an
+email address.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.registry import Collector
+
+from pdfqueue.domain.errors import transient_reasons
+from pdfqueue.domain.models import BatchStatus, Outcome
+
+log = logging.getLogger(__name__)
+
+STAGES = ("read", "extract", "match", "store", "claim", "record")
+"""Steps of one `process` job, in order; each is a span and a histogram series."""
+JOB_FUNCTIONS = ("ingest", "process")
+JOB_RESULTS = ("success", "retry", "error", "cancelled")
+RETRY_REASONS = transient_reasons()
+"""What `pdfqueue.domain.errors.transient_reason` returns; listed so their series exist at 0."""
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
+_SIZE_BUCKETS = tuple(float(4**n * 1024) for n in range(12))  # 1 KiB .. 4 GiB
+
+# --- processes running the queue poller (pdfqueue.runtime.gauges) ----------------------------
+HEARTBEAT = Gauge(
+    "pdfqueue_heartbeat_timestamp_seconds",
+    "Unix time of the last tick of this process's event loop (stale means the loop is stuck).",
+    registry=None,
+)
+EVENT_LOOP_LAG = Gauge(
+    "pdfqueue_event_loop_lag_seconds",
+    "How late the last background tick woke up: time the event loop was blocked.",
+    registry=None,
+)
+REDIS_UP = Gauge(
+    "pdfqueue_redis_up", "1 if the last poll of Redis succeeded, else 0.", registry=None
+)
+QUEUE_READY = Gauge(
+    "pdfqueue_queue_ready_jobs",
+    "Jobs whose time has come (ZCOUNT queue -inf now); arq keeps running jobs in the set too.",
+    ["queue"],
+    registry=None,
+)
+QUEUE_PENDING = Gauge(
+    "pdfqueue_queue_pending_jobs",
+    "Process jobs registered by fair dispatch and not yet released into the queue.",
+    ["queue"],
+    registry=None,
+)
+QUEUE_DEFERRED = Gauge(
+    "pdfqueue_queue_deferred_jobs",
+    "Jobs scheduled for later, mostly retries waiting out their backoff.",
+    ["queue"],
+    registry=None,
+)
+QUEUE_OLDEST_AGE = Gauge(
+    "pdfqueue_queue_oldest_ready_age_seconds",
+    "Age of the oldest ready job (0 when none is ready).",
+    ["queue"],
+    registry=None,
+)
+REDIS_USED_MEMORY = Gauge(
+    "pdfqueue_redis_used_memory_bytes", "Redis INFO used_memory.", registry=None
+)
+REDIS_MAXMEMORY = Gauge(
+    "pdfqueue_redis_maxmemory_bytes", "Redis INFO maxmemory (0 means no limit).", registry=None
+)
+
+# --- every process ---------------------------------------------------------------------------
+BATCHES = Counter(
+    "pdfqueue_batches",
+    "Batches that entered a status (PENDING when created).",
+    ["status"],
+    registry=None,
+)
+
+# --- API -------------------------------------------------------------------------------------
+HTTP_DURATION = Histogram(
+    "pdfqueue_http_request_duration_seconds",
+    "HTTP request latency, body streaming included.",
+    ["method", "route", "status"],
+    buckets=_LATENCY_BUCKETS,
+    registry=None,
+)
+HTTP_REQUEST_SIZE = Histogram(
+    "pdfqueue_http_request_size_bytes",
+    "Bytes of request body received (uploads on POST /v1/batches).",
+    ["method", "route", "status"],
+    buckets=_SIZE_BUCKETS,
+    registry=None,
+)
+
+# --- worker ----------------------------------------------------------------------------------
+DOCUMENTS = Counter(
+    "pdfqueue_documents",
+    "Files given their one outcome (counted once, whatever the retries).",
+    ["outcome", "reason"],
+    registry=None,
+)
+OCR_PAGES = Counter(
+    "pdfqueue_ocr_pages",
+    "Pages read by OCR because they had no usable text layer.",
+    registry=None,
+)
+STAGE_DURATION = Histogram(
+    "pdfqueue_stage_duration_seconds",
+    "Duration of one step of a process job: read, extract, match and record serve all of"
+    " its PDFs at once; store and claim are one PDF each.",
+    ["stage"],
+    buckets=_LATENCY_BUCKETS,
+    registry=None,
+)
+JOB_DURATION = Histogram(
+    "pdfqueue_job_duration_seconds",
+    "Duration of one try of an arq job, by how it ended.",
+    ["function", "result"],
+    buckets=_LATENCY_BUCKETS,
+    registry=None,
+)
+JOBS_IN_PROGRESS = Gauge(
+    "pdfqueue_jobs_in_progress", "Jobs this process is running now.", ["function"], registry=None
+)
+RETRIES = Counter(
+    "pdfqueue_retries",
+    "Tries that failed on a flaky dependency and were deferred.",
+    ["function", "reason"],
+    registry=None,
+)
+WORKER_MAX_JOBS = Gauge(
+    "pdfqueue_worker_max_jobs",
+    "Jobs this worker process may run at once; one series per live worker process.",
+    registry=None,
+)
+
+# --- operator --------------------------------------------------------------------------------
+OPERATOR_DESIRED_REPLICAS = Gauge(
+    "pdfqueue_operator_desired_replicas",
+    "Worker replicas the operator wants (backlog-based, after min/max and stabilization).",
+    registry=None,
+)
+OPERATOR_REPLICAS = Gauge(
+    "pdfqueue_operator_replicas",
+    "Ready replicas of the worker Deployment as the operator last saw them.",
+    registry=None,
+)
+OPERATOR_SCALING_DECISIONS = Counter(
+    "pdfqueue_operator_scaling_decisions",
+    "Changes of the worker Deployment's replicas made by the operator (direction: up, down).",
+    ["direction"],
+    registry=None,
+)
+
+_COMMON: tuple[Collector, ...] = (BATCHES,)
+_GROUPS: dict[str, tuple[Collector, ...]] = {
+    # Only where a pdfqueue.runtime.gauges.QueueGauges task runs: a heartbeat nobody stamps would
+    # read as a stuck process.
+    "queue": (
+        HEARTBEAT,
+        EVENT_LOOP_LAG,
+        REDIS_UP,
+        QUEUE_READY,
+        QUEUE_PENDING,
+        QUEUE_DEFERRED,
+        QUEUE_OLDEST_AGE,
+        REDIS_USED_MEMORY,
+        REDIS_MAXMEMORY,
+    ),
+    "api": (HTTP_DURATION, HTTP_REQUEST_SIZE),
+    "worker": (
+        DOCUMENTS,
+        OCR_PAGES,
+        STAGE_DURATION,
+        JOB_DURATION,
+        JOBS_IN_PROGRESS,
+        RETRIES,
+        WORKER_MAX_JOBS,
+    ),
+    "operator": (OPERATOR_DESIRED_REPLICAS, OPERATOR_REPLICAS, OPERATOR_SCALING_DECISIONS),
+}
+_registered: set[int] = set()
+
+
+def _initialize() -> None:
+    """Create the series of known label values at 0, so rates and alerts see them at once."""
+    for status in BatchStatus:
+        BATCHES.labels(status.value)
+    for stage in STAGES:
+        STAGE_DURATION.labels(stage)
+    for function in JOB_FUNCTIONS:
+        JOBS_IN_PROGRESS.labels(function)
+        for result in JOB_RESULTS:
+            JOB_DURATION.labels(function, result)
+        for reason in RETRY_REASONS:
+            RETRIES.labels(function, reason)
+    for direction in ("up", "down"):
+        OPERATOR_SCALING_DECISIONS.labels(direction)
+
+
+_initialize()
+
+
+def register(*components: str) -> None:
+    """Export the common metrics and those of `components` ("api", "worker", "operator",
+    "queue" for a process running `pdfqueue.runtime.gauges.QueueGauges`).
+
+    Idempotent: tests run the API and workers in one process.
+    """
+    wanted: Iterable[Collector] = _COMMON + tuple(m for c in components for m in _GROUPS[c])
+    for metric in wanted:
+        if id(metric) not in _registered:
+            REGISTRY.register(metric)
+            _registered.add(id(metric))
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> bool:  # noqa: S104 (scraped from other pods)
+    """Serve `/metrics` for this process on `port` (0: off). A busy port is logged, not fatal:
+    a worker without metrics still does its work."""
+    if not port:
+        return False
+    try:
+        start_http_server(port, addr=addr)
+    except OSError as exc:
+        log.warning("metrics endpoint not started on port %d: %s", port, exc)
+        return False
+    log.info("metrics on http://%s:%d/metrics", addr, port)
+    return True
+
+
+def batch_entered(status: BatchStatus) -> None:
+    BATCHES.labels(status.value).inc()
+
+
+def document_counted(outcome: Outcome, reason: str | None) -> None:
+    DOCUMENTS.labels(outcome.value, reason or "none").inc()
+
+
+def ocr_pages(pages: int) -> None:
+    """For a worker, the pages one read of a PDF took from OCR."""
+    if pages:
+        OCR_PAGES.inc(pages)
+
+
+def operator_observed(desired: int, ready: int) -> None:
+    """For the operator, each reconciliation: what it wants and what is ready."""
+    OPERATOR_DESIRED_REPLICAS.set(desired)
+    OPERATOR_REPLICAS.set(ready)
+
+
+def operator_scaled(previous: int, new: int) -> None:
+    """For the operator, when it patches the worker Deployment's replicas."""
+    if new != previous:
+        OPERATOR_SCALING_DECISIONS.labels("up" if new > previous else "down").inc()

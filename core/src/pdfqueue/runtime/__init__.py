@@ -1,0 +1,1 @@
+"""Runtime: the composition root that opens and closes the stores for a process role."""

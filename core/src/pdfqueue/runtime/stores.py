@@ -1,0 +1,78 @@
+"""The composition root: the stores a process role opens at start and closes at stop.
+
+The API, the worker and the operator each ask for their role's `Stores` instead of building
+Redis, PostgreSQL, storage and the lifecycle by hand; only the sizes differ per role.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.storage import Storage
+
+
+@dataclass(frozen=True)
+class Role:
+    """What a kind of process needs from its stores."""
+
+    name: str
+    pool_min: int
+    pool_max: int
+    storage_threads: int
+    redis_connect_timeout_s: float | None = None
+    redis_timeout_s: float | None = None
+    """Producers fail fast (an HTTP handler must never hang on a dead Redis)."""
+    scoped_users: bool = False
+    """Queries of the users table are scoped by PDFQUEUE_USERS_TENANT_COLUMN (the worker's)."""
+
+
+API = Role("api", 0, 10, 16, redis_connect_timeout_s=1, redis_timeout_s=2)
+OPERATOR = Role("operator", 1, 4, 4, redis_connect_timeout_s=2, redis_timeout_s=5)
+WORKER_STORAGE_CONNECTIONS = 16
+"""Concurrent S3 requests per worker: a job stores its PDFs at once, up to 16 by default."""
+
+
+def worker_role(settings: Settings) -> Role:
+    """A job claims its PDFs concurrently: connections and S3 requests scale with it."""
+    return Role(
+        "worker", 1, settings.worker_max_jobs + 4, WORKER_STORAGE_CONNECTIONS, scoped_users=True
+    )
+
+
+@dataclass(frozen=True)
+class Stores:
+    """Redis, PostgreSQL, storage and the batch lifecycle over them, for one process."""
+
+    settings: Settings
+    redis: Redis
+    db: Database
+    storage: Storage
+    lifecycle: Lifecycle
+    owns_redis: bool
+
+    @classmethod
+    async def open(cls, settings: Settings, role: Role, redis: Redis | None = None) -> Stores:
+        """Open the role's stores; `redis` is one the caller owns (arq's, in the worker)."""
+        own = redis is None
+        if redis is None:
+            redis = Redis.from_url(
+                settings.redis_url,
+                socket_connect_timeout=role.redis_connect_timeout_s,
+                socket_timeout=role.redis_timeout_s,
+            )
+        pool = await connect(settings.database_url, min_size=role.pool_min, max_size=role.pool_max)
+        tenant_column = settings.users_tenant_column if role.scoped_users else None
+        db = Database(pool, settings.users_table, tenant_column)
+        storage = Storage.from_settings(settings, threads=role.storage_threads)
+        return cls(settings, redis, db, storage, Lifecycle.of(db, redis, settings), own)
+
+    async def close(self) -> None:
+        await self.storage.aclose()
+        await self.db.pool.close()
+        if self.owns_redis:
+            await self.redis.aclose()

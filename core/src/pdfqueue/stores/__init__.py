@@ -1,0 +1,1 @@
+"""Stores: PostgreSQL, Redis (state, queue, fair dispatch, quotas) and object storage."""

@@ -1,0 +1,576 @@
+"""PostgreSQL: the pool, migrations, and every query pdfqueue runs (the durable record)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import asyncpg
+
+from pdfqueue.domain.errors import BatchNotFound, BatchNotRetryable, is_transient
+from pdfqueue.domain.models import (
+    COUNTERS,
+    BatchStatus,
+    BatchSummary,
+    Decision,
+    FileQuery,
+    FileRef,
+    FileResult,
+    Outcome,
+    ReasonCount,
+    RetryRound,
+)
+from pdfqueue.stores.drivers import postgres_errors, typed_call, typed_methods
+
+MIGRATIONS_LOCK = 0x70646671  # "pdfq": serializes concurrent `pdfqueue migrate` runs
+
+
+def quote_ident(name: str) -> str:
+    """Quote a validated `[schema.]table` name (see Settings.users_table)."""
+    return ".".join(f'"{part}"' for part in name.split("."))
+
+
+@typed_call(postgres_errors)
+async def connect(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    pool: asyncpg.Pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        timeout=5,
+        command_timeout=15,
+        reset=_keep_session,
+    )
+    return pool
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Nothing to reset when a connection goes back to the pool.
+
+    asyncpg's default runs `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`,
+    one more round trip after every pooled query. pdfqueue never changes session state (no
+    SET, LISTEN, cursors or session-level locks), and asyncpg still rolls back a
+    transaction left open before calling this.
+    """
+
+
+@typed_call(postgres_errors)
+async def migrate(conn: asyncpg.Connection) -> list[str]:
+    """Apply the bundled migrations not yet recorded, in order; returns those applied."""
+    folder = resources.files("pdfqueue.stores").joinpath("migrations")
+    scripts = sorted((p.name, p.read_text()) for p in folder.iterdir() if p.name.endswith(".sql"))
+    applied: list[str] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATIONS_LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS pdfqueue_migrations"
+            " (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM pdfqueue_migrations")}
+        for name, sql in scripts:
+            if name not in done:
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO pdfqueue_migrations (version) VALUES ($1)", name)
+                applied.append(name)
+    return applied
+
+
+@dataclass(frozen=True)
+class UserRow:
+    id: int
+    email: str
+    pdf_url: str | None
+
+
+@typed_methods(postgres_errors)
+@dataclass(frozen=True)
+class Database:
+    """Queries over one pool; `users_table` is the host application's table.
+
+    With `tenant_column` set, every query of that table also requires the column to equal
+    the tenant of the batch being processed, read from the batch's own row in the same
+    statement: a batch can neither see nor link another tenant's users.
+    """
+
+    pool: asyncpg.Pool
+    users_table: str
+    tenant_column: str | None = None
+
+    async def check(self) -> None:
+        await self.pool.fetchval("SELECT 1")
+
+    async def check_users_table(self) -> None:
+        """Raise unless the host application's table has the columns pdfqueue reads."""
+        tenant = f", {quote_ident(self.tenant_column)}" if self.tenant_column else ""
+        await self.pool.execute(
+            f"SELECT id, email, pdf_url{tenant} FROM {quote_ident(self.users_table)} LIMIT 0"
+        )
+
+    def _batch_scope(self, batch_param: str) -> str:
+        """SQL restricting the users table to the tenant of the batch in `batch_param`."""
+        if self.tenant_column is None:
+            return ""
+        return (
+            f" AND {quote_ident(self.tenant_column)} ="
+            f" (SELECT tenant FROM pdfqueue_batches WHERE id = {batch_param})"
+        )
+
+    # --- batches --------------------------------------------------------------------------
+    async def create_batch(
+        self,
+        batch_id: str,
+        tenant: str,
+        source_key: str,
+        *,
+        pdfbatch_uid: str | None = None,
+        file_name: str | None = None,
+    ) -> BatchRow:
+        """Insert the batch, or return the existing row unchanged (whoever it belongs to)."""
+        row = await self.pool.fetchrow(
+            "INSERT INTO pdfqueue_batches"
+            " (id, tenant, source_key, status, pdfbatch_uid, file_name)"
+            " VALUES ($1, $2, $3, $4, $5, $6)"
+            " ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id RETURNING *",
+            batch_id,
+            tenant,
+            source_key,
+            BatchStatus.PENDING.value,
+            pdfbatch_uid,
+            file_name,
+        )
+        return _batch_row(row)
+
+    async def bind_pdfbatch(
+        self, batch_id: str, pdfbatch_uid: str, *, tenant: str, source_key: str
+    ) -> BatchRow | None:
+        """Bind the batch to the PdfBatch `pdfbatch_uid`, once: a compare-and-set.
+
+        Succeeds only if the batch has this tenant and source and is bound to no object yet
+        (a batch the API created) or to this one already; None otherwise. A concurrent
+        claim waits for the row lock and then finds it bound to the winner.
+        """
+        row = await self.pool.fetchrow(
+            "UPDATE pdfqueue_batches SET pdfbatch_uid = $2 WHERE id = $1 AND tenant = $3"
+            " AND source_key = $4 AND (pdfbatch_uid IS NULL OR pdfbatch_uid = $2) RETURNING *",
+            batch_id,
+            pdfbatch_uid,
+            tenant,
+            source_key,
+        )
+        return _batch_row(row) if row is not None else None
+
+    async def pdfbatch_uid(self, batch_id: str) -> str | None:
+        """The uid of the PdfBatch the batch is bound to (None if unbound or unknown)."""
+        uid: str | None = await self.pool.fetchval(
+            "SELECT pdfbatch_uid FROM pdfqueue_batches WHERE id = $1", batch_id
+        )
+        return uid
+
+    async def list_batches(
+        self, tenant: str, *, before: tuple[datetime, str] | None, limit: int
+    ) -> list[BatchSummary]:
+        """`tenant`'s batches newest first, those strictly older than `before` (created, id).
+
+        Counters of unfinished batches are those of the row (zero until final): callers
+        overlay the live state.
+        """
+        after_clause = " AND (created_at, id) < ($2, $3)" if before else ""
+        rows = await self.pool.fetch(
+            "SELECT * FROM pdfqueue_batches WHERE tenant = $1"
+            f"{after_clause} ORDER BY created_at DESC, id DESC LIMIT ${4 if before else 2}",
+            tenant,
+            *(before or ()),
+            limit,
+        )
+        return [_summary(r) for r in rows]
+
+    async def active_batches(self, tenant: str, uploading: Sequence[str] = ()) -> int:
+        """Batches of `tenant` not yet terminal, plus those of `uploading` without a row yet.
+
+        Derived from the durable rows (an index keeps it cheap), so a crash never leaks a
+        count, and an upload that just became a batch is counted once, whichever it is.
+        """
+        count: int = await self.pool.fetchval(_ACTIVE_BATCHES, tenant, list(uploading))
+        return count
+
+    async def delete_batch(self, batch_id: str) -> None:
+        await self.pool.execute("DELETE FROM pdfqueue_batches WHERE id = $1", batch_id)
+
+    async def batch(self, batch_id: str) -> BatchRow | None:
+        """The batch's row; counters come from the per-file rows until final."""
+        row = await self.pool.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", batch_id)
+        if row is None:
+            return None
+        found = _batch_row(row)
+        if found.summary.status in {BatchStatus.COMPLETED, BatchStatus.FAILED}:
+            return found
+        counts = await self.outcome_counts(batch_id)
+        update = {**counts, "processed": sum(counts.values())}
+        return replace(found, summary=found.summary.model_copy(update=update))
+
+    async def start_batch(self, batch_id: str, total_files: int, ignored: int) -> None:
+        await self.pool.execute(
+            "UPDATE pdfqueue_batches SET total_files = $2, ignored = $3,"
+            " status = CASE WHEN status = 'PENDING' THEN 'PROCESSING' ELSE status END"
+            " WHERE id = $1",
+            batch_id,
+            total_files,
+            ignored,
+        )
+
+    async def finish_batch(
+        self, batch_id: str, status: BatchStatus, error: str | None = None
+    ) -> BatchSummary:
+        """Write the final summary, counted from the per-file rows (idempotent)."""
+        counts = await self.outcome_counts(batch_id)
+        row = await self.pool.fetchrow(
+            "UPDATE pdfqueue_batches SET status = $2, error = COALESCE($3, error),"
+            " completed_at = COALESCE(completed_at, now()), processed = $4, "
+            + ", ".join(f"{c} = ${i}" for i, c in enumerate(COUNTERS, start=5))
+            + " WHERE id = $1 RETURNING *",
+            batch_id,
+            status.value,
+            error,
+            sum(counts.values()),
+            *(counts[c] for c in COUNTERS),
+        )
+        return _summary(row)
+
+    async def outcome_counts(self, batch_id: str) -> dict[str, int]:
+        rows = await self.pool.fetch(
+            "SELECT outcome, count(*) AS n FROM pdfqueue_files WHERE batch_id = $1"
+            " AND outcome NOT IN ('ignored', 'retrying') GROUP BY outcome",
+            batch_id,
+        )
+        counts = dict.fromkeys(COUNTERS, 0)
+        counts.update({r["outcome"]: r["n"] for r in rows})
+        return counts
+
+    async def outcomes(self, batch_id: str) -> dict[int, str]:
+        rows = await self.pool.fetch(
+            "SELECT idx, outcome FROM pdfqueue_files WHERE batch_id = $1"
+            " AND outcome NOT IN ('ignored', 'retrying')",
+            batch_id,
+        )
+        return {r["idx"]: r["outcome"] for r in rows}
+
+    # --- files ----------------------------------------------------------------------------
+    async def record_ignored(self, batch_id: str, members: Sequence[tuple[int, str, str]]) -> None:
+        """Members reported but not counted (not PDFs by name): (index, name, reason)."""
+        await self.pool.executemany(
+            "INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason)"
+            " VALUES ($1, $2, $3, 'ignored', $4) ON CONFLICT DO NOTHING",
+            [(batch_id, i, n, r) for i, n, r in members],
+        )
+
+    async def record_files(
+        self, batch_id: str, rows: Mapping[FileRef, Decision]
+    ) -> dict[int, Decision]:
+        """Store each file's outcome once, in one statement; returns what is stored for each.
+
+        A retry gets back what the first try stored. A row that a concurrent delivery
+        committed after this statement's snapshot is read again, in a second statement.
+        """
+        if not rows:
+            return {}
+        found = await self.pool.fetch(
+            _RECORD_MANY,
+            batch_id,
+            [ref.index for ref in rows],
+            [ref.name for ref in rows],
+            [d.outcome.value for d in rows.values()],
+            [d.reason for d in rows.values()],
+            [d.user_id for d in rows.values()],
+            [d.sha256 for d in rows.values()],
+            [d.ocr for d in rows.values()],
+        )
+        stored = {f["idx"]: _decision(f) for f in found}
+        if missing := [ref.index for ref in rows if ref.index not in stored]:
+            for f in await self.pool.fetch(_READ_FILES, batch_id, missing):
+                stored[f["idx"]] = _decision(f)
+        return stored
+
+    async def claim(
+        self, ref: FileRef, *, user_id: int, object_key: str, sha256: str, ocr: bool = False
+    ) -> Decision:
+        """Link the user to the object only if nobody has, and record the file: one statement.
+
+        The user's row is locked first, so racing workers decide on its committed value:
+        one links, the others see that link (`duplicate` when it is the same content, else
+        `already_linked`). A retry after a crash finds its own earlier row and claims nothing.
+        """
+        row = await self.pool.fetchrow(
+            _CLAIM.format(users=quote_ident(self.users_table), scope=self._batch_scope("$1")),
+            ref.batch_id,
+            ref.index,
+            ref.name,
+            user_id,
+            object_key,
+            sha256,
+            ocr,
+        )
+        if row is None:  # a second delivery committed this file's row after our snapshot
+            row = await self.pool.fetchrow(_READ_FILES, ref.batch_id, [ref.index])
+        outcome = Outcome(row["outcome"])
+        return Decision(outcome, row["reason"], user_id, sha256, stored=True, ocr=ocr)
+
+    async def begin_retry(self, batch_id: str, *, all_failed: bool) -> RetryRound:
+        """The durable step of a retry round, in one transaction under the batch row's lock:
+        the chosen failed files become `retrying` (one more try, the old reason kept) and
+        the batch PROCESSING, so racing calls start one round. A round still running is
+        returned as not `started`."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                "SELECT status, retries, source_key FROM pdfqueue_batches WHERE id = $1 FOR UPDATE",
+                batch_id,
+            )
+            if row is None:
+                raise BatchNotFound(batch_id)
+            status = BatchStatus(row["status"])
+            if status is BatchStatus.PROCESSING and row["retries"] > 0:
+                return RetryRound(batch_id, row["retries"], row["source_key"], started=False)
+            if status is not BatchStatus.COMPLETED:
+                raise BatchNotRetryable(batch_id, f"it is {status.value}, not COMPLETED")
+            if not await _mark_retrying(conn, batch_id, all_failed=all_failed):
+                which = "failed" if all_failed else "transiently failed"
+                raise BatchNotRetryable(batch_id, f"it has no {which} file")
+            number: int = await conn.fetchval(
+                "UPDATE pdfqueue_batches SET status = 'PROCESSING', retries = retries + 1,"
+                " completed_at = NULL, error = NULL WHERE id = $1 RETURNING retries",
+                batch_id,
+            )
+            return RetryRound(batch_id, number, row["source_key"], started=True)
+
+    async def retrying_files(self, batch_id: str) -> dict[int, str]:
+        """The files a retry round still has to decide: index -> name."""
+        rows = await self.pool.fetch(
+            "SELECT idx, name FROM pdfqueue_files WHERE batch_id = $1 AND outcome = 'retrying'",
+            batch_id,
+        )
+        return {r["idx"]: r["name"] for r in rows}
+
+    async def files(self, batch_id: str, *, after: int = -1, limit: int = 1000) -> list[FileResult]:
+        rows = await self.pool.fetch(
+            f"SELECT idx, {', '.join(_FILE_COLUMNS)} FROM pdfqueue_files"
+            " WHERE batch_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
+            batch_id,
+            after,
+            limit,
+        )
+        return [FileResult(index=r["idx"], **{k: r[k] for k in _FILE_COLUMNS}) for r in rows]
+
+    async def iter_files(self, batch_id: str, page: int = 5000) -> AsyncIterator[FileResult]:
+        after = -1
+        while rows := await self.files(batch_id, after=after, limit=page):
+            for r in rows:
+                yield r
+            after = rows[-1].index
+
+    async def file_page(self, batch_id: str, query: FileQuery) -> tuple[int, list[FileResult]]:
+        """(rows matching the query's filters, the requested page of them)."""
+        where, args = _file_filters(batch_id, query)
+        total: int = await self.pool.fetchval(
+            f"SELECT count(*) FROM pdfqueue_files WHERE {where}", *args
+        )
+        rows = await self.pool.fetch(
+            f"SELECT idx, {', '.join(_FILE_COLUMNS)} FROM pdfqueue_files"
+            f" WHERE {where} ORDER BY {_FILE_ORDER[query.sort]}"
+            f" OFFSET ${len(args) + 1} LIMIT ${len(args) + 2}",
+            *args,
+            query.offset,
+            query.limit,
+        )
+        files = [FileResult(index=r["idx"], **{k: r[k] for k in _FILE_COLUMNS}) for r in rows]
+        return total, files
+
+    async def reason_counts(self, batch_id: str) -> list[ReasonCount]:
+        rows = await self.pool.fetch(
+            "SELECT outcome, reason, count(*) AS n FROM pdfqueue_files WHERE batch_id = $1"
+            " GROUP BY outcome, reason ORDER BY outcome, reason NULLS FIRST",
+            batch_id,
+        )
+        return [ReasonCount(outcome=r["outcome"], reason=r["reason"], files=r["n"]) for r in rows]
+
+    # --- users (the host application's table) ------------------------------------------------
+    async def users_by_email(self, emails: Sequence[str], *, batch_id: str) -> dict[str, UserRow]:
+        """Users whose lower-cased email is one of `emails` (index `lower(email)` for speed),
+        among those `batch_id` may see (its tenant's, when the table has a tenant column)."""
+        scoped = self.tenant_column is not None
+        rows = await self.pool.fetch(
+            f"SELECT id, lower(email) AS email, pdf_url FROM {quote_ident(self.users_table)}"
+            f" WHERE lower(email) = ANY($1::text[]){self._batch_scope('$2')}",
+            list(emails),
+            *([batch_id] if scoped else []),
+        )
+        return {r["email"]: UserRow(r["id"], r["email"], r["pdf_url"]) for r in rows}
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """A batch's durable row: its summary and who it belongs to."""
+
+    summary: BatchSummary
+    tenant: str
+    source_key: str
+    pdfbatch_uid: str | None
+
+
+def _batch_row(row: Any) -> BatchRow:
+    return BatchRow(_summary(row), row["tenant"], row["source_key"], row["pdfbatch_uid"])
+
+
+async def _mark_retrying(conn: Any, batch_id: str, *, all_failed: bool) -> int:
+    """Mark the failed files to re-run `retrying`, keeping their history; returns how many."""
+    rows = await conn.fetch(
+        "SELECT idx, reason FROM pdfqueue_files WHERE batch_id = $1 AND outcome = 'failed'",
+        batch_id,
+    )
+    chosen = [r["idx"] for r in rows if all_failed or is_transient(r["reason"])]
+    if chosen:
+        await conn.execute(
+            "UPDATE pdfqueue_files SET outcome = 'retrying', tries = tries + 1,"
+            " previous_reason = reason, reason = NULL, user_id = NULL, object_key = NULL,"
+            " sha256 = NULL, ocr = false, recorded_at = now()"
+            " WHERE batch_id = $1 AND idx = ANY($2::int[])",
+            batch_id,
+            chosen,
+        )
+    return len(chosen)
+
+
+def _decision(row: Any) -> Decision:
+    """The outcome and reason a file's row holds."""
+    return Decision(Outcome(row["outcome"]), row["reason"], stored=True)
+
+
+_RECORD_MANY = """
+WITH r AS (
+    SELECT * FROM unnest(
+        $2::int[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bool[]
+    ) AS r (idx, name, outcome, reason, user_id, sha256, ocr)
+), ins AS (
+    INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason, user_id, sha256, ocr)
+    SELECT $1, idx, name, outcome, reason, user_id, sha256, ocr FROM r
+    ON CONFLICT (batch_id, idx) DO UPDATE SET outcome = EXCLUDED.outcome,
+        reason = EXCLUDED.reason, user_id = EXCLUDED.user_id, sha256 = EXCLUDED.sha256,
+        ocr = EXCLUDED.ocr, recorded_at = now()
+    WHERE pdfqueue_files.outcome = 'retrying'
+    RETURNING idx, outcome, reason
+)
+SELECT idx, outcome, reason FROM ins
+UNION ALL
+SELECT f.idx, f.outcome, f.reason FROM pdfqueue_files f
+WHERE f.batch_id = $1 AND f.idx IN (SELECT idx FROM r) AND f.idx NOT IN (SELECT idx FROM ins)
+    AND f.outcome <> 'retrying'
+"""
+"""A file's row goes in once, or replaces the row of a file a retry re-runs (`retrying`,
+0005); a row a concurrent delivery wrote after this snapshot is left for a second read."""
+
+# The predicate is the one of index pdfqueue_batches_active (0002), word for word.
+_ACTIVE_BATCHES = """
+SELECT (SELECT count(*) FROM pdfqueue_batches
+        WHERE tenant = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED'))
+     + (SELECT count(*) FROM unnest($2::text[]) AS u (id)
+        WHERE NOT EXISTS (SELECT 1 FROM pdfqueue_batches b WHERE b.id = u.id))
+"""
+
+_READ_FILES = (
+    "SELECT idx, outcome, reason FROM pdfqueue_files WHERE batch_id = $1 AND idx = ANY($2::int[])"
+)
+
+# $1 batch, $2 index, $3 name, $4 user id, $5 object key, $6 sha256, $7 ocr. `u` locks the user's
+# row and, having waited for it, reads its latest committed pdf_url; the file's row goes in first,
+# and only a row that went in (not a retry's second delivery) links the user.
+_CLAIM = """
+WITH u AS (
+    SELECT pdf_url FROM {users} WHERE id = $4{scope} FOR UPDATE
+), d AS (
+    SELECT
+        CASE WHEN NOT EXISTS (SELECT 1 FROM u) THEN 'skipped_no_match'
+             WHEN (SELECT pdf_url FROM u) IS NULL THEN 'linked'
+             ELSE 'skipped_already_exists' END AS outcome,
+        CASE WHEN NOT EXISTS (SELECT 1 FROM u) THEN 'no_user'
+             WHEN (SELECT pdf_url FROM u) IS NULL THEN NULL
+             WHEN (SELECT pdf_url FROM u) = $5 THEN 'duplicate'
+             ELSE 'already_linked' END AS reason
+), ins AS (
+    INSERT INTO pdfqueue_files
+        (batch_id, idx, name, outcome, reason, user_id, object_key, sha256, ocr)
+    SELECT $1, $2, $3, outcome, reason, $4, CASE WHEN outcome = 'linked' THEN $5 END, $6, $7
+    FROM d
+    ON CONFLICT (batch_id, idx) DO UPDATE SET outcome = EXCLUDED.outcome,
+        reason = EXCLUDED.reason, user_id = EXCLUDED.user_id,
+        object_key = EXCLUDED.object_key, sha256 = EXCLUDED.sha256, ocr = EXCLUDED.ocr,
+        recorded_at = now()
+    WHERE pdfqueue_files.outcome = 'retrying'
+    RETURNING outcome, reason
+), linked AS (
+    UPDATE {users} SET pdf_url = $5 WHERE id = $4{scope} AND EXISTS (
+        SELECT 1 FROM ins WHERE outcome = 'linked')
+)
+SELECT outcome, reason FROM ins
+UNION ALL
+SELECT outcome, reason FROM pdfqueue_files
+WHERE batch_id = $1 AND idx = $2 AND NOT EXISTS (SELECT 1 FROM ins) AND outcome <> 'retrying'
+"""
+
+_FILE_ORDER = {
+    "index": "idx",
+    "-index": "idx DESC",
+    "name": "name, idx",
+    "-name": "name DESC, idx DESC",
+    "outcome": "outcome, reason, idx",
+    "-outcome": "outcome DESC, reason DESC, idx DESC",
+}
+"""Each sort of FILE_SORTS as SQL (never built from input): each an index order (0003)."""
+
+
+def _file_filters(batch_id: str, query: FileQuery) -> tuple[str, list[Any]]:
+    """The WHERE clause of a report query and its arguments: only placeholders take input."""
+    clauses, args = ["batch_id = $1"], [batch_id]
+    if query.outcome is not None:
+        args.append(query.outcome)
+        clauses.append(f"outcome = ${len(args)}")
+    if query.reason is not None:
+        args.append(query.reason)
+        clauses.append(f"reason = ${len(args)}")
+    if query.search:
+        args.append("%" + _like_escape(query.search) + "%")
+        clauses.append(f"name ILIKE ${len(args)}")
+    return " AND ".join(clauses), args
+
+
+def _like_escape(text: str) -> str:
+    r"""`text` matched literally by LIKE: its `%`, `_` and `\` are escaped."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+_FILE_COLUMNS = (
+    "name",
+    "outcome",
+    "reason",
+    "user_id",
+    "object_key",
+    "sha256",
+    "ocr",
+    "tries",
+    "previous_reason",
+)
+
+
+def _summary(row: Any) -> BatchSummary:
+    return BatchSummary(
+        batch_id=row["id"],
+        status=BatchStatus(row["status"]),
+        total_files=row["total_files"],
+        processed=row["processed"],
+        ignored=row["ignored"],
+        error=row["error"],
+        created_at=row["created_at"],
+        completed_at=row["completed_at"],
+        file_name=row.get("file_name"),
+        retries=row.get("retries") or 0,
+        **{c: row[c] for c in COUNTERS},
+    )

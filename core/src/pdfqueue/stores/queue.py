@@ -1,0 +1,139 @@
+"""The arq queue as producers see it: JSON job payloads and idempotent, pipelined enqueue."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from arq.constants import job_key_prefix, result_key_prefix
+from arq.jobs import serialize_job
+from redis.asyncio import Redis
+
+from pdfqueue.observability.tracing import producer_span
+from pdfqueue.stores.drivers import redis_errors, typed_call
+
+JOB_EXPIRES_MS = 7 * 24 * 3600 * 1000
+"""A job not started within this long is dropped by arq; a week outlasts any idle cluster."""
+
+_ENQUEUE = resources.files("pdfqueue.stores").joinpath("lua/enqueue.lua").read_text()
+_SCAN_PREFIX = resources.files("pdfqueue.stores").joinpath("lua/scan_prefix.lua").read_text()
+
+
+def serialize(obj: Any) -> bytes:
+    """arq serializer: JSON, because unpickling what Redis hands over would run code."""
+    return json.dumps(obj, separators=(",", ":"), default=str).encode()
+
+
+def deserialize(data: bytes) -> Any:
+    return json.loads(data)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One arq job: a deterministic id, so enqueueing the same work twice is a no-op."""
+
+    job_id: str
+    function: str
+    kwargs: dict[str, Any]
+    defer_s: float = 0.0
+    cost: int = 1
+    """What the job weighs in fair dispatch: the PDFs it handles."""
+
+
+@typed_call(redis_errors)
+async def enqueue(redis: Redis, queue_name: str, jobs: Sequence[Job]) -> int:
+    """Add `jobs` to the queue in one round trip; returns how many were new.
+
+    Inside a PRODUCER span; each job's kwargs gain `trace`, that span's W3C context, which
+    the consumer continues or links to (`pdfqueue_worker.observe.observed_job`).
+    """
+    if not jobs:
+        return 0
+    argv: list[Any] = [job_key_prefix, result_key_prefix, JOB_EXPIRES_MS]
+    with encoded(queue_name, jobs) as payloads:
+        for job, (score_ms, payload) in zip(jobs, payloads, strict=True):
+            argv += [job.job_id, score_ms, payload]
+        added: int = await redis.eval(_ENQUEUE, 1, queue_name, *argv)  # type: ignore[misc]
+    return added
+
+
+@contextmanager
+def encoded(queue_name: str, jobs: Sequence[Job]) -> Iterator[list[tuple[int, bytes]]]:
+    """Each job's queue score and arq payload, inside the PRODUCER span that sends them."""
+    now_ms = int(time.time() * 1000)
+    first = jobs[0]
+    with producer_span(first.function, queue_name, len(jobs), first.kwargs.get("batch_id")) as tc:
+        out = []
+        for job in jobs:
+            kwargs = {**job.kwargs, "trace": tc} if tc else job.kwargs
+            payload = serialize_job(job.function, (), kwargs, None, now_ms, serializer=serialize)
+            out.append((now_ms + int(job.defer_s * 1000), payload))
+        yield out
+
+
+async def enqueue_chunked(redis: Redis, queue_name: str, jobs: Iterable[Job], chunk: int) -> int:
+    """`enqueue` in chunks, so 50,000 jobs never make one giant Lua call."""
+    added, batch = 0, []
+    for job in jobs:
+        batch.append(job)
+        if len(batch) >= chunk:
+            added += await enqueue(redis, queue_name, batch)
+            batch = []
+    if batch:
+        added += await enqueue(redis, queue_name, batch)
+    return added
+
+
+@typed_call(redis_errors)
+async def remove(redis: Redis, queue_name: str, job_ids: Sequence[str]) -> int:
+    """Drop queued jobs that have not started (cancellation); running ones are unaffected."""
+    if not job_ids:
+        return 0
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zrem(queue_name, *job_ids)
+        pipe.delete(*(job_key_prefix + j for j in job_ids))
+        removed, _ = await pipe.execute()
+    return int(removed)
+
+
+@typed_call(redis_errors)
+async def queued_with_prefix(
+    redis: Redis, queue_name: str, prefix: str, count: int = 1000
+) -> list[str]:
+    """Ids of the queued jobs whose id starts with `prefix`, compared as plain text in Redis.
+
+    Never `ZSCAN MATCH`: a glob built from an id lets `*` or `?` in it select other jobs.
+    """
+    found: list[str] = []
+    cursor = "0"
+    while True:
+        raw_cursor, members = await redis.eval(  # type: ignore[misc]
+            _SCAN_PREFIX, 1, queue_name, cursor, prefix, str(count)
+        )
+        found += [m.decode() if isinstance(m, bytes) else m for m in members]
+        cursor = raw_cursor.decode() if isinstance(raw_cursor, bytes) else str(raw_cursor)
+        if cursor == "0":
+            return found
+
+
+async def check_durability(redis: Redis) -> list[str]:
+    """What makes this Redis unsafe for a queue: eviction drops jobs, no AOF loses them."""
+    try:
+        policy = await redis.config_get("maxmemory-policy")
+        aof = await redis.config_get("appendonly")
+    except Exception as exc:  # managed Redis often disables CONFIG
+        return [f"cannot verify Redis durability (CONFIG GET refused: {exc})"]
+    problems = []
+    if policy.get("maxmemory-policy") != "noeviction":
+        problems.append(
+            f"maxmemory-policy is {policy.get('maxmemory-policy')!r}; queued jobs can be evicted"
+            " (set it to 'noeviction')"
+        )
+    if aof.get("appendonly") != "yes":
+        problems.append("appendonly is off; a Redis restart loses queued jobs (set appendonly yes)")
+    return problems

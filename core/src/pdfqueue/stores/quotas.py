@@ -1,0 +1,204 @@
+"""Per-tenant upload quotas in Redis: uploads per minute, bytes per day, concurrent batches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any, TypeVar, cast
+
+from redis.asyncio import Redis
+
+from pdfqueue.domain import keys
+from pdfqueue.domain.errors import QuotaExceeded, ServiceUnavailable
+from pdfqueue.domain.settings import Quota, Settings
+from pdfqueue.stores.db import Database
+from pdfqueue.stores.drivers import redis_errors
+
+T = TypeVar("T")
+_ADMIT = resources.files("pdfqueue.stores").joinpath("lua/quota_admit.lua").read_text()
+_CHARGE = resources.files("pdfqueue.stores").joinpath("lua/quota_charge.lua").read_text()
+
+DEPENDENCY_TIMEOUT_S = 2.0
+"""A quota step that takes longer than this answers 503, like every other dependency call."""
+CHARGE_BYTES = 1024**2
+"""Streamed bytes are counted every MiB: a tenant overruns its day by less than this."""
+HOLD_S = 120.0
+"""An upload in progress holds a concurrent-batch slot this long after it last streamed a
+MiB (or CHARGE_INTERVAL_S passed); a crashed API process frees its slots after it."""
+CHARGE_INTERVAL_S = 30.0
+"""A slow upload renews its hold at least this often while bytes still arrive."""
+CONCURRENT_RETRY_S = 30
+"""Retry-After for a full concurrent-batches quota: a hint, as nobody knows when one ends."""
+DAY_KEY_TTL_S = 2 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """Checks and takes a tenant's quotas; each step is one Lua script (atomic in Redis)."""
+
+    redis: Redis
+    db: Database
+    settings: Settings
+
+    async def admit(self, tenant: str, declared_bytes: int) -> Admission:
+        """Take an upload slot for `tenant`, or raise QuotaExceeded before a byte is read.
+
+        The admission's ticket is the batch id the upload will get: the concurrent count
+        takes the union of the tenant's unfinished batch rows and the tickets in flight, so
+        an upload is counted once whether its row exists yet or not.
+        """
+        quota = self.settings.quota_for(tenant)
+        now = datetime.now(UTC)
+        admission = Admission(self, tenant, quota, day=now.strftime("%Y%m%d"))
+        reply: list[bytes] = await _script(
+            self.redis,
+            _ADMIT,
+            [admission.uploads_key, admission.day_key, admission.inflight_key],
+            now.timestamp(),
+            admission.ticket,
+            quota.uploads_per_minute,
+            quota.bytes_per_day,
+            max(declared_bytes, 0),
+            _seconds_left_in_day(now),
+            quota.concurrent_batches,
+            HOLD_S,
+            CONCURRENT_RETRY_S,
+        )
+        if _text(reply[0]) != "ok":
+            name, limit, retry_after_s = reply
+            raise QuotaExceeded(_text(name), int(limit), int(retry_after_s))
+        if quota.concurrent_batches:
+            await self._count_batches(admission, [_text(t) for t in reply[1:]])
+        return admission
+
+    async def _count_batches(self, admission: Admission, uploading: list[str]) -> None:
+        """Withdraw the admission if the tenant's batches, this one included, are too many.
+
+        Read after the ticket went in: a racing upload either still has its ticket in
+        `uploading` or already has its row, so none is missed (two racing for the last
+        slot may both be refused, never both admitted).
+        """
+        limit = admission.quota.concurrent_batches
+        try:
+            active = await _bounded(
+                "postgresql", self.db.active_batches(admission.tenant, uploading)
+            )
+        except BaseException:
+            with contextlib.suppress(ServiceUnavailable):  # keep the error that matters
+                await asyncio.shield(admission.withdrawn())
+            raise
+        if active > limit:
+            await admission.withdrawn()
+            raise QuotaExceeded("concurrent_batches", limit, CONCURRENT_RETRY_S)
+
+
+@dataclass
+class Admission:
+    """One admitted upload: counts its bytes as they stream, then keeps or frees its slot."""
+
+    quotas: Quotas
+    tenant: str
+    quota: Quota
+    day: str
+    ticket: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """The batch id this upload gets once it is stored."""
+    streamed: int = 0
+    counted: int = 0
+    counted_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def day_key(self) -> str:
+        return keys.quota(self.tenant, f"bytes:{self.day}")
+
+    @property
+    def uploads_key(self) -> str:
+        return keys.quota(self.tenant, "uploads")
+
+    @property
+    def inflight_key(self) -> str:
+        return keys.quota(self.tenant, "inflight")
+
+    async def meter(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """Pass `body` on, counting what actually arrives (not what Content-Length says)."""
+        async for chunk in body:
+            self.streamed += len(chunk)
+            due = time.monotonic() - self.counted_at >= CHARGE_INTERVAL_S
+            if due or self.streamed - self.counted >= CHARGE_BYTES:
+                await self._count()
+            yield chunk
+        await self._count()
+
+    async def _count(self) -> None:
+        """Add the bytes not counted yet; QuotaExceeded once the day's total is over."""
+        fresh = self.streamed - self.counted
+        if not fresh:
+            return
+        self.counted, self.counted_at = self.streamed, time.monotonic()
+        within = await _script(
+            self.quotas.redis,
+            _CHARGE,
+            [self.day_key, self.inflight_key],
+            fresh,
+            self.quota.bytes_per_day,
+            DAY_KEY_TTL_S,
+            self.ticket,
+            time.time() + HOLD_S,
+        )
+        if not within:
+            retry_after_s = _seconds_left_in_day(datetime.now(UTC))
+            raise QuotaExceeded("bytes_per_day", self.quota.bytes_per_day, retry_after_s)
+
+    async def accepted(self) -> None:
+        """The upload is a batch now, and its row counts: drop its ticket."""
+        await _redis(self.quotas.redis.zrem(self.inflight_key, self.ticket))
+
+    async def abandoned(self) -> None:
+        """The upload failed: free its slot now; its try and every byte it sent stay counted
+        (a client that hangs up just before each MiB must not stream for free)."""
+        with contextlib.suppress(QuotaExceeded):
+            await self._count()
+        await _redis(self.quotas.redis.zrem(self.inflight_key, self.ticket))
+
+    async def withdrawn(self) -> None:
+        """Refused after all: undo everything the admission took."""
+        async with self.quotas.redis.pipeline(transaction=True) as pipe:
+            pipe.zrem(self.inflight_key, self.ticket)
+            pipe.zrem(self.uploads_key, self.ticket)
+            await _redis(pipe.execute())
+
+
+def _seconds_left_in_day(now: datetime) -> int:
+    """Until the next UTC midnight, when the bytes-per-day quota starts over (at least 1)."""
+    midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
+    return max(1, math.ceil((midnight - now).total_seconds()))
+
+
+async def _script(redis: Redis, script: str, names: list[str], *args: object) -> Any:
+    """Run a Lua script on `names` (its KEYS) with `args` (its ARGV), within the deadline."""
+    reply = redis.eval(script, len(names), *names, *map(str, args))
+    return await _redis(cast(Awaitable[Any], reply))
+
+
+async def _redis(awaitable: Awaitable[T]) -> T:
+    """A Redis step of a quota, bounded like every other (503 either way: fail closed)."""
+    with redis_errors():
+        return await _bounded("redis", awaitable)
+
+
+async def _bounded(service: str, awaitable: Awaitable[T]) -> T:
+    """A quota step within DEPENDENCY_TIMEOUT_S, or ServiceUnavailable (503): fail closed."""
+    try:
+        return await asyncio.wait_for(awaitable, DEPENDENCY_TIMEOUT_S)
+    except TimeoutError as exc:
+        raise ServiceUnavailable(service, f"no answer within {DEPENDENCY_TIMEOUT_S:g} s") from exc
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

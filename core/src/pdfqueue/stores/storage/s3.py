@@ -1,0 +1,186 @@
+"""The S3 backend: any S3-compatible store through boto3, keys relative to a prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlparse
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from pdfqueue.domain.errors import ObjectNotFound, StorageError
+from pdfqueue.domain.keys import UPLOADS_PREFIX
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.storage.expiry import NO_LIFECYCLE_CODES, with_uploads_rule
+from pdfqueue.stores.storage.s3http import NOT_FOUND_CODES
+
+if TYPE_CHECKING:
+    from pdfqueue.stores.storage import UploadSink
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Location:
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            msg = f"{url!r} is not an s3://bucket/prefix URL"
+            raise ValueError(msg)
+        prefix = parsed.path.strip("/")
+        return cls(parsed.netloc, f"{prefix}/" if prefix else "")
+
+
+class S3Backend:
+    """Any S3-compatible store; keys are relative to the configured prefix."""
+
+    def __init__(self, settings: Settings, *, max_connections: int = 32) -> None:
+        self.location = S3Location.from_url(settings.storage_url)
+        config = Config(
+            connect_timeout=2,
+            read_timeout=15,
+            retries={"mode": "standard", "max_attempts": 3},
+            max_pool_connections=max_connections,
+            s3={"addressing_style": "path" if settings.s3_path_style else "auto"},
+            # botocore >= 1.36 computes and checks CRC checksums on every PUT and GET; that is
+            # CPU on the per-PDF path, and some S3-compatible stores reject the headers.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        self.client: Any = boto3.client("s3", endpoint_url=settings.s3_endpoint_url, config=config)
+        self.create_bucket_allowed = settings.s3_create_bucket
+
+    def _key(self, key: str) -> str:
+        return self.location.prefix + key
+
+    def _call(self, fn: Callable[..., T], key: str | None = None, **kwargs: Any) -> T:
+        try:
+            return fn(Bucket=self.location.bucket, **kwargs)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in NOT_FOUND_CODES and key is not None:
+                raise ObjectNotFound(key) from exc
+            raise StorageError(f"S3 {code or 'error'}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"S3 unreachable: {exc}") from exc
+
+    def describe(self) -> str:
+        return f"s3://{self.location.bucket}/{self.location.prefix}"
+
+    def check(self) -> None:
+        self._call(self.client.head_bucket)
+
+    def ensure_bucket(self) -> bool:
+        try:
+            self.check()
+        except StorageError:
+            if not self.create_bucket_allowed:
+                raise
+            self._call(self.client.create_bucket)
+            return True
+        return False
+
+    def expire_uploads(self, days: int) -> bool:
+        """Set the bucket's uploads expiry rule, keeping its other rules; False when the store
+        has no lifecycle support (it answers NotImplemented)."""
+        try:
+            current = self.client.get_bucket_lifecycle_configuration(Bucket=self.location.bucket)
+            rules: list[dict[str, Any]] = current.get("Rules", [])
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in NO_LIFECYCLE_CODES:
+                return False
+            if code != "NoSuchLifecycleConfiguration":
+                raise StorageError(f"S3 {code or 'error'} reading the lifecycle rules") from exc
+            rules = []
+        except BotoCoreError as exc:
+            raise StorageError(f"S3 unreachable: {exc}") from exc
+        rules = with_uploads_rule(rules, self.location.prefix + UPLOADS_PREFIX, days)
+        self._call(
+            self.client.put_bucket_lifecycle_configuration,
+            LifecycleConfiguration={"Rules": rules},
+        )
+        return True
+
+    def size(self, key: str) -> int:
+        head = self._call(self.client.head_object, key, Key=self._key(key))
+        return int(head["ContentLength"])
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        end = start + length - 1
+        obj = self._call(
+            self.client.get_object, key, Key=self._key(key), Range=f"bytes={start}-{end}"
+        )
+        body: bytes = obj["Body"].read()
+        return body
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call(
+            self.client.put_object,
+            key,
+            Key=self._key(key),
+            Body=data,
+            ContentType="application/pdf",
+        )
+
+    def delete(self, key: str) -> None:
+        self._call(self.client.delete_object, key, Key=self._key(key))
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.size(key)
+        except ObjectNotFound:
+            return False
+        return True
+
+    def begin_upload(self, key: str) -> UploadSink:
+        return _S3Upload(self, self._key(key))
+
+
+class _S3Upload:
+    """A multipart upload: parts stream straight to S3, so memory holds one part at most."""
+
+    def __init__(self, backend: S3Backend, full_key: str) -> None:
+        self.backend = backend
+        self.key = full_key
+        created = backend._call(backend.client.create_multipart_upload, full_key, Key=full_key)
+        self.upload_id: str = created["UploadId"]
+        self.parts: list[dict[str, Any]] = []
+
+    def write_part(self, data: bytes) -> None:
+        number = len(self.parts) + 1
+        part = self.backend._call(
+            self.backend.client.upload_part,
+            self.key,
+            Key=self.key,
+            UploadId=self.upload_id,
+            PartNumber=number,
+            Body=data,
+        )
+        self.parts.append({"ETag": part["ETag"], "PartNumber": number})
+
+    def complete(self) -> None:
+        self.backend._call(
+            self.backend.client.complete_multipart_upload,
+            self.key,
+            Key=self.key,
+            UploadId=self.upload_id,
+            MultipartUpload={"Parts": self.parts},
+        )
+
+    def abort(self) -> None:
+        self.backend._call(
+            self.backend.client.abort_multipart_upload,
+            self.key,
+            Key=self.key,
+            UploadId=self.upload_id,
+        )

@@ -1,0 +1,217 @@
+"""Completion webhooks: which URLs may be called, the signed body, and one delivery attempt.
+
+A URL is checked when it is given and again at every delivery: https only (plain http only to
+a loopback address, and only with PDFQUEUE_WEBHOOK_ALLOW_HTTP_LOOPBACK), no credentials in it,
+and every address its host resolves to must be public. The request then goes to the checked
+address itself (the URL's host is kept for the Host header, SNI and the certificate check), so
+a name cannot resolve to something else between the check and the connection; redirects are
+never followed, and proxies from the environment are ignored.
+
+Each request is signed like Stripe's: `Pdfqueue-Signature: t=<unix time>,v1=<hex>`, the hex
+being HMAC-SHA256 with the tenant's secret over `<t>.<body>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import ipaddress
+import json
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+from pdfqueue.domain.errors import UnsafeCallback
+from pdfqueue.domain.models import BatchSummary
+from pdfqueue.stores.db import Database
+
+SIGNATURE_HEADER = "Pdfqueue-Signature"
+EVENT_HEADER = "Pdfqueue-Event"
+DELIVERY_HEADER = "Pdfqueue-Delivery"
+MAX_URL_CHARS = 2048
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True)
+class Target:
+    """A callback URL taken apart: where to connect, and what to call the host."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    path: str
+
+
+def parse(url: str, *, allow_http_loopback: bool) -> Target:
+    """The URL's parts, or UnsafeCallback for anything but a plain http(s) URL."""
+    if len(url) > MAX_URL_CHARS or any(c.isspace() or ord(c) < 32 for c in url):
+        raise UnsafeCallback(url, "not a URL")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UnsafeCallback(url, "not a URL") from exc
+    if parts.scheme not in {"https", "http"} or not parts.hostname:
+        raise UnsafeCallback(url, "only https:// URLs are called")
+    if parts.scheme == "http" and not allow_http_loopback:
+        raise UnsafeCallback(url, "only https:// URLs are called")
+    if parts.username is not None or parts.password is not None:
+        raise UnsafeCallback(url, "credentials in the URL are not accepted")
+    path = parts.path or "/"
+    if parts.query:
+        path += f"?{parts.query}"
+    default = 443 if parts.scheme == "https" else 80
+    return Target(url, parts.scheme, parts.hostname, port or default, path)
+
+
+def check_address(address: Address, target: Target) -> None:
+    """Refuse any address but a public one (or loopback, for the development http case)."""
+    mapped = getattr(address, "ipv4_mapped", None)
+    address = mapped or address
+    if target.scheme == "http":
+        if not address.is_loopback:
+            raise UnsafeCallback(target.url, "plain http is only allowed to a loopback address")
+        return
+    if not address.is_global or address.is_multicast:
+        raise UnsafeCallback(target.url, f"it resolves to a non-public address ({address})")
+
+
+async def resolve(target: Target) -> list[Address]:
+    """Every address the host resolves to, each checked; UnsafeCallback if any is refused."""
+    try:
+        literal = ipaddress.ip_address(target.host)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        found: list[Address] = [literal]
+    else:
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                target.host, target.port, type=socket.SOCK_STREAM
+            )
+        except OSError as exc:
+            raise UnsafeCallback(target.url, "its host does not resolve") from exc
+        found = [ipaddress.ip_address(info[4][0]) for info in infos]
+    if not found:
+        raise UnsafeCallback(target.url, "its host does not resolve")
+    for address in found:
+        check_address(address, target)
+    return found
+
+
+async def checked(url: str, *, allow_http_loopback: bool) -> Target:
+    """Parse and resolve `url` now: what an upload's callback_url must pass."""
+    target = parse(url, allow_http_loopback=allow_http_loopback)
+    await resolve(target)
+    return target
+
+
+def body(summary: BatchSummary) -> bytes:
+    """The JSON body of a completion: the batch's final counts."""
+    data = {
+        "event": "batch.completed",
+        **summary.model_dump(mode="json", include=_FIELDS),
+    }
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+
+_FIELDS = {
+    "batch_id",
+    "status",
+    "total_files",
+    "processed",
+    "linked",
+    "skipped_no_match",
+    "skipped_already_exists",
+    "failed",
+    "ignored",
+    "retries",
+    "created_at",
+    "completed_at",
+    "file_name",
+}
+
+
+def signature(secret: str, timestamp: int, payload: bytes) -> str:
+    """The signature header's value: `t=<timestamp>,v1=<HMAC-SHA256 of "<t>.<body>">`."""
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + payload, hashlib.sha256)
+    return f"t={timestamp},v1={mac.hexdigest()}"
+
+
+async def post(
+    target: Target, secret: str, payload: bytes, delivery: str, *, timeout_s: float
+) -> int:
+    """One attempt: resolve and check again, connect to a checked address, POST once.
+
+    Returns the status code (a redirect is returned as is, never followed).
+    """
+    address = (await resolve(target))[0]
+    host = f"[{address}]" if address.version == 6 else str(address)
+    headers = {
+        "Host": target.host if target.port in {80, 443} else f"{target.host}:{target.port}",
+        "Content-Type": "application/json",
+        "User-Agent": "pdfqueue-webhook",
+        EVENT_HEADER: "batch.completed",
+        DELIVERY_HEADER: delivery,
+        SIGNATURE_HEADER: signature(secret, int(time.time()), payload),
+    }
+    async with httpx.AsyncClient(
+        follow_redirects=False, trust_env=False, timeout=timeout_s
+    ) as client:
+        response = await client.post(
+            f"{target.scheme}://{host}:{target.port}{target.path}",
+            content=payload,
+            headers=headers,
+            extensions={"sni_hostname": target.host},
+        )
+    return response.status_code
+
+
+async def remember(db: Database, batch_id: str, url: str) -> None:
+    """Keep the callback an upload named (before the batch exists, so none is missed)."""
+    await db.pool.execute(
+        "INSERT INTO pdfqueue_callbacks (batch_id, url) VALUES ($1, $2)"
+        " ON CONFLICT (batch_id) DO NOTHING",
+        batch_id,
+        url,
+    )
+
+
+async def forget(db: Database, batch_id: str) -> None:
+    """Drop the callback of an upload that did not become a batch."""
+    await db.pool.execute("DELETE FROM pdfqueue_callbacks WHERE batch_id = $1", batch_id)
+
+
+async def callback_of(db: Database, batch_id: str) -> str | None:
+    url: str | None = await db.pool.fetchval(
+        "SELECT url FROM pdfqueue_callbacks WHERE batch_id = $1", batch_id
+    )
+    return url
+
+
+async def record_attempt(
+    db: Database,
+    batch_id: str,
+    round_: int,
+    attempt: int,
+    url: str,
+    *,
+    status_code: int | None = None,
+    error: str | None = None,
+) -> None:
+    await db.pool.execute(
+        "INSERT INTO pdfqueue_webhook_deliveries"
+        " (batch_id, round, attempt, url, status_code, error) VALUES ($1, $2, $3, $4, $5, $6)",
+        batch_id,
+        round_,
+        attempt,
+        url,
+        status_code,
+        error,
+    )
