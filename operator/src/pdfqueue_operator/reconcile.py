@@ -162,12 +162,18 @@ class BatchReconciler:
             return
         meta, old = body["metadata"], body.get("status") or {}
         status = progress(summary, meta.get("generation"), old.get("conditions"))
+        if summary.status in TERMINAL:
+            # Kept while a retry is possible (the ZIP is there), so a retry can track it again;
+            # written before the object shows the end, so a retry its reader starts finds it.
+            finished = keys.operator_finished(self.settings.queue_name, batch_id)
+            await self.redis.set(finished, ref.dumps(), ex=self.settings.retry_window_s)
         if not await self.kube.patch_pdfbatch_status(ref, status, meta["resourceVersion"]):
             return  # changed meanwhile (kopf's own patches): the next pass writes it
         self._written[batch_id] = fingerprint
         if summary.status in TERMINAL:
-            # Kept while a retry is possible (the ZIP is there), so a retry can track it again.
-            finished = keys.operator_finished(self.settings.queue_name, batch_id)
-            await self.redis.set(finished, ref.dumps(), ex=self.settings.retry_window_s)
             await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
             self._written.pop(batch_id, None)
+            now = await self.lifecycle.status(batch_id)
+            if now is not None and now not in TERMINAL:
+                # a retry round started meanwhile and tracked it again: keep following it
+                await self.redis.hset(self.tracking_key, batch_id, ref.dumps())  # type: ignore[misc]

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from pdfqueue.domain.errors import PermanentError
+
 if TYPE_CHECKING:
     from PIL.Image import Image
 
@@ -37,7 +39,7 @@ _SPACE = re.compile(r"\s")
 _api: Any = None
 
 
-class OcrUnavailable(Exception):
+class OcrUnavailable(PermanentError):
     """Tesseract or its English data is not installed: the file `needs_ocr`."""
 
 
