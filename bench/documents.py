@@ -13,6 +13,7 @@ from reportlab.lib.pagesizes import A4
 from reportlab.pdfbase.pdfmetrics import stringWidth
 from reportlab.pdfgen.canvas import Canvas
 
+from pdfqueue_dev.rawpdf import assemble
 from pdfqueue_dev.samples import (
     CITIES,
     COMPANIES,
@@ -311,15 +312,4 @@ def _assemble(streams: list[str]) -> bytes:
             + body
             + b"\nendstream"
         )
-    out = bytearray(b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, obj in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += f"{number} 0 obj\n".encode() + obj + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += (
-        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n"
-    ).encode()
-    return bytes(out)
+    return assemble(objects, header=b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")

@@ -19,6 +19,7 @@ from PIL import Image, ImageEnhance, ImageFilter
 from reportlab.lib.pagesizes import A4
 from reportlab.pdfgen.canvas import Canvas
 
+from pdfqueue_dev.rawpdf import assemble
 from pdfqueue_dev.samples import CITIES, COMPANIES, FIRST, FIXED_DATE, LAST, TITLES
 
 DOMAIN = "people.example"
@@ -162,16 +163,7 @@ def _raw_pdf(hex_lines: list[str], cmap: dict[int, str]) -> bytes:
         + b"\nendstream",
         b"<< /Length %d >>\nstream\n" % len(tounicode) + tounicode + b"\nendstream",
     ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
-    return bytes(out)
+    return assemble(objs)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bench.documents import PRODUCERS, Density, render
+from pdfqueue_dev.rawpdf import assemble
 from pdfqueue_dev.samples import CLEAN, Expect, build_corpus, render_pdf
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extract import (
@@ -53,16 +54,7 @@ def pdf_with_stream(content: bytes, *, pages: int = 1) -> bytes:
     objs.append(
         b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream"
     )
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
-    return bytes(out)
+    return assemble(objs)
 
 
 async def test_known_resume_yields_the_users_email(extractor: Extractor) -> None:
