@@ -6,10 +6,15 @@ Redis, PostgreSQL, storage and the lifecycle by hand; only the sizes differ per 
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from dataclasses import dataclass
 
+import asyncpg
 from redis.asyncio import Redis
 
+from pdfqueue.domain.errors import DatabaseUnavailable
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.stores.db import Database, connect
@@ -33,6 +38,10 @@ class Role:
 
 API = Role("api", 0, 10, 16, redis_connect_timeout_s=1, redis_timeout_s=2)
 OPERATOR = Role("operator", 1, 4, 4, redis_connect_timeout_s=2, redis_timeout_s=5)
+log = logging.getLogger(__name__)
+STARTUP_WAIT_S = 60.0
+"""How long a process started beside its database (a pod beside PostgreSQL's, both new) waits
+for it to answer before it gives up: waiting, not a crash loop, is what the probes expect."""
 WORKER_STORAGE_CONNECTIONS = 16
 """Concurrent S3 requests per worker: a job stores its PDFs at once, up to 16 by default."""
 
@@ -65,7 +74,7 @@ class Stores:
                 socket_connect_timeout=role.redis_connect_timeout_s,
                 socket_timeout=role.redis_timeout_s,
             )
-        pool = await connect(settings.database_url, min_size=role.pool_min, max_size=role.pool_max)
+        pool = await _connect_when_up(settings.database_url, role)
         tenant_column = settings.users_tenant_column if role.scoped_users else None
         db = Database(pool, settings.users_table, tenant_column)
         storage = Storage.from_settings(settings, threads=role.storage_threads)
@@ -76,3 +85,18 @@ class Stores:
         await self.db.pool.close()
         if self.owns_redis:
             await self.redis.aclose()
+
+
+async def _connect_when_up(dsn: str, role: Role) -> asyncpg.Pool:
+    """The role's pool, once PostgreSQL answers (for at most STARTUP_WAIT_S)."""
+    deadline = time.monotonic() + STARTUP_WAIT_S
+    delay = 0.5
+    while True:
+        try:
+            return await connect(dsn, min_size=role.pool_min, max_size=role.pool_max)
+        except DatabaseUnavailable as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s: waiting for PostgreSQL: %s", role.name, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
