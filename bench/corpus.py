@@ -3,6 +3,7 @@ table, a big random ZIP."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import statistics
 import time
@@ -38,6 +39,7 @@ def corpus(n: int, seed: int, density: Density = Density.SPARSE) -> tuple[Corpus
     same n, seed and density always give the same bytes."""
     planned = build_corpus(n, seed=seed, mix=CLEAN)
     name = f"clean-{n}-seed{seed}" if density is Density.SPARSE else f"{density}-{n}-seed{seed}"
+    name += f"-{_fingerprint(planned)}"  # a ZIP of an older sample generator is not reused
     path = CACHE / f"{name}.zip"
     if not path.exists():
         started = time.monotonic()
@@ -49,6 +51,12 @@ def corpus(n: int, seed: int, density: Density = Density.SPARSE) -> tuple[Corpus
         tmp.replace(path)
         print(f"  generated {path} ({n} PDFs) in {time.monotonic() - started:.1f}s")
     return planned, path
+
+
+def _fingerprint(planned: Corpus) -> str:
+    """Who the corpus names, hashed: the same files and users give the same name."""
+    named = "\n".join(f"{f.name} {f.email}" for f in planned.files)
+    return hashlib.sha256(named.encode()).hexdigest()[:12]
 
 
 def pdf_bytes(f: SampleFile, seed: int, density: Density) -> bytes:
