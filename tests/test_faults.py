@@ -132,11 +132,11 @@ async def test_retry_after_storage_came_back_with_a_worker_killed_mid_round(
 ) -> None:  # type: ignore[no-untyped-def]
     run: Run = await run_factory(40, seed=700 + attempt)
     run.env["PDFQUEUE_MAX_TRIES"] = "3"  # the outage outlasts them: files fail for it
-    run.start_worker()
-    run.start_worker()
-    await run.wait_until("started", started, timeout_s=60)
+    await ingest_only(run)  # with S3 up; a quiet machine would process them all meanwhile
     await asyncio.to_thread(fault_services.run, "stop", "--only", "s3")
     try:
+        run.start_worker()
+        run.start_worker()
         first = await run.wait_until("completed with S3 down", done, timeout_s=150)
     finally:
         await asyncio.to_thread(fault_services.run, "start", "--only", "s3")
@@ -161,6 +161,18 @@ async def test_retry_after_storage_came_back_with_a_worker_killed_mid_round(
     # the outage shows as `storage_unavailable`, or `timeout` when a read hung until the
     # job's deadline: either is transient, and nothing else was retried
     assert all(is_transient(why) for why in retried.values()), retried
+
+
+async def ingest_only(run: Run) -> None:
+    """Run the batch's ingest job alone (a burst worker that takes one job), then stop."""
+    from pdfqueue_worker.app import build_worker
+
+    worker = build_worker(run.settings, burst=True, handle_signals=False, max_burst_jobs=1)
+    try:
+        await worker.main()
+    finally:
+        await worker.close()
+    await run.wait_until("listed", lambda s: s.get("total_files") is not None, timeout_s=60)
 
 
 async def start_round(run: Run) -> None:

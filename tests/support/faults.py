@@ -188,7 +188,9 @@ async def check_invariants(run: Run) -> None:
         for f in run.corpus.files:  # nothing transient leaked into an outcome
             assert by_name[f.name]["outcome"] == f.expect.value, (f, dict(by_name[f.name]))
         counted = {c: sum(1 for f in files if f["outcome"] == c) for c in COUNTERS}
-        assert {c: batch[c] for c in COUNTERS} == counted == run.corpus.counts()
+        assert {c: batch[c] for c in COUNTERS} == counted
+        assert {c: counted[c] for c in run.corpus.counts()} == run.corpus.counts()
+        assert sum(counted.values()) == len(run.corpus.files)  # none in a counter it has not
         live = await redis.hgetall(keys.batch(run.batch_id))
         if live:  # Redis equals the per-file table
             assert {c: int(live[c.encode()]) for c in COUNTERS} == counted

@@ -62,8 +62,6 @@ class Expect(StrEnum):
     NO_MATCH = "skipped_no_match"
     ALREADY = "skipped_already_exists"
     FAILED = "failed"
-    AMBIGUOUS = "skipped_ambiguous"
-    """Never generated here (the labelled corpus has those): listed so every counter is."""
 
 
 @dataclass(frozen=True)
