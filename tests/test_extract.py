@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import zipfile
 import zlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from bench.documents import PRODUCERS, Density, render
+from pdfqueue.stores.storage.local import FileBackend
 from pdfqueue_dev.rawpdf import assemble
 from pdfqueue_dev.samples import CLEAN, Expect, build_corpus, render_pdf
+from pdfqueue_worker.archive import Limits, Member, list_members
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extract import (
     Extractor,
@@ -19,6 +23,7 @@ from pdfqueue_worker.extract import (
     read_pdf,
     read_pdf_pypdf,
 )
+from pdfqueue_worker.payload import cut
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +177,81 @@ def test_pdfium_reads_what_pypdf_read_on_dense_resumes(density: Density) -> None
 )
 def test_scanning_only_lines_with_an_at_finds_the_same_addresses(text: str) -> None:
     assert find_emails(address_lines(text)) == find_emails(text)
+
+
+def zip_items(tmp_path: Path, pdfs: list[bytes]) -> list[tuple[bytes, Member, int]]:
+    """`pdfs` as a process job holds them: each member's compressed bytes, read from page 0."""
+    with zipfile.ZipFile(tmp_path / "a.zip", "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for i, data in enumerate(pdfs):
+            zf.writestr(f"{i:03}.pdf", data)
+    limits = Limits(
+        max_members=1000,
+        max_member_bytes=10**9,
+        max_total_bytes=10**10,
+        max_ratio=10**9,
+        max_directory_bytes=10**6,
+    )
+    listing = list_members(FileBackend(tmp_path), "a.zip", limits)
+    data = (tmp_path / "a.zip").read_bytes()
+    return [(cut(data, 0, m)[0], m, 0) for m in listing.pdfs]
+
+
+async def read_all(
+    ex: Extractor, items: list[tuple[bytes, Member, int]], *, together: bool
+) -> dict[int, tuple[str, list[str], int, bool, int | None] | str]:
+    """Each item's `brief`, or the reason it is unreadable."""
+    out: dict[int, tuple[str, list[str], int, bool, int | None] | str] = {}
+    async for i, r in ex.extract_members(items, together=together):
+        out[i] = r.reason if isinstance(r, Unreadable) else brief(r)
+    return out
+
+
+async def test_a_group_reads_what_each_pdf_read_alone_reads(
+    tmp_path: Path, extractor: Extractor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = build_corpus(60, seed=13).files
+    pdfs = [render_pdf(f, seed=13) for f in files]
+    pdfs += [b"%PDF-1.4 garbage", b"not a pdf at all", pdf_with_stream(b"0 0 m 100 100 l S")]
+    items = zip_items(tmp_path, pdfs)
+    tasks: list[object] = []
+    schedule = extractor.pool.schedule
+    monkeypatch.setattr(
+        extractor.pool, "schedule", lambda fn, **kw: tasks.append(fn) or schedule(fn, **kw)
+    )
+    together = await read_all(extractor, items, together=True)
+    groups = len(tasks)
+    alone = await read_all(extractor, items, together=False)
+    assert together == alone
+    assert sorted(together) == list(range(len(items)))
+    assert {together[len(pdfs) - 3], together[len(pdfs) - 2]} == {"unreadable", "not_a_pdf"}
+    assert sum(1 for f in files if f.kind == "encrypted") == sum(
+        1 for r in together.values() if r == "encrypted"
+    )
+    # the text pass of 63 PDFs took a few group tasks, not one task each
+    assert groups < 10 < len(tasks) - groups
+
+
+async def test_a_pdf_that_kills_its_group_fails_alone(tmp_path: Path) -> None:
+    """A PDF that hangs the parser or aborts it at the memory cap takes its group's task
+    down; the group's other PDFs are read again one by one and only that PDF fails."""
+    ex = Extractor(
+        processes=1, timeout_s=1.0, max_pages=20_000, memory_bytes=512 * 1024**2,
+        tasks_per_process=50,
+    )  # fmt: skip
+    try:
+        filler = b"".join(
+            b"BT /F1 9 Tf 20 %d Td (line %d, no address, filler text) Tj ET\n" % (i % 700, i)
+            for i in range(200)
+        )
+        heavy = pdf_with_stream(filler, pages=10_000)  # no address: every page is read
+        bomb = pdf_with_stream(b"BT /F1 12 Tf 72 720 Td (x) Tj ET\n" + b" " * 300_000_000)
+        clean = [pdf_with_stream(b"BT /F1 12 Tf 72 720 Td (p%d@q.io) Tj ET" % i) for i in range(4)]
+        items = zip_items(tmp_path, [clean[0], heavy, clean[1], bomb, clean[2], clean[3]])
+        got = await read_all(ex, items, together=True)
+        assert got[1] == "timeout"
+        assert got[3] == "too_large"
+        assert [got[i] for i in (0, 2, 4, 5)] == [
+            ("", [f"p{i}@q.io"], 1, True, None) for i in range(4)
+        ]
+    finally:
+        ex.close()

@@ -11,7 +11,8 @@ import os
 import re
 import resource
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,12 @@ KEPT_ENVIRONMENT = (
     "OMP_THREAD_LIMIT",  # set by the process itself (see `_prepare`)
 )
 """All a parsing process keeps of the worker's environment: never a password, key or token."""
+GROUP_BUDGET_S = 0.25
+"""A group task (`read_members`) takes no new PDF after this long: a few dense pages each
+take milliseconds, so a group of 16 is one task, and a slow group still returns often."""
+GROUP_TIMEOUT_S = 2.0
+"""A group task still running after this is killed: one of its PDFs is slow or hostile. What
+it had left is then read one PDF per task, each with the full `timeout_s`."""
 MAX_LINKS_PER_PAGE = 256
 """Link annotations examined per page for a `mailto:` (a résumé has a handful)."""
 MAX_URI_BYTES = 2048
@@ -47,6 +54,7 @@ _AT = re.compile("[@\ufe6b\uff20]")
 # PDFium does not return allocation failures: at the memory cap it aborts the process, and a
 # SIGABRT is read as `too_large` (pebble replaces the process; nothing else is lost).
 _LOCKED = (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY)
+log = logging.getLogger(__name__)
 
 
 class Unreadable(PermanentError):
@@ -288,7 +296,36 @@ def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by p
     return engine(data, max_pages, start_page, max_page_chars, how)
 
 
+def read_members(
+    items: list[tuple[bytes, Packed, int]],
+    max_pages: int,
+    max_page_chars: int,
+    engine: Callable[..., Result],
+    budget_s: float,
+) -> list[Result]:
+    """Runs in a pool process: `read_member`'s text pass for several members in one task,
+    in order, taking no new member once `budget_s` has passed (at least one is read). The
+    caller sends the rest again; a member that hangs is killed with the task."""
+    out: list[Result] = []
+    stop = time.monotonic() + budget_s
+    for raw, packed, start in items:
+        out.append(read_member(raw, packed, max_pages, start, max_page_chars, engine))
+        if time.monotonic() > stop:
+            break
+    return out
+
+
 ENGINES: dict[str, Callable[..., Extraction]] = {"pdfium": read_pdf, "pypdf": read_pdf_pypdf}
+
+
+def _settled(task: asyncio.Task[Extraction]) -> Extraction | Unreadable:
+    """A finished read's result, or why its PDF is unreadable (any other error is raised)."""
+    error = task.exception()
+    if error is None:
+        return task.result()
+    if isinstance(error, Unreadable):
+        return error
+    raise error
 
 
 def death_reason(exitcode: int | None) -> str:
@@ -364,19 +401,81 @@ class Extractor:
     async def extract_member(self, raw: bytes, member: Member, start_page: int = 0) -> Extraction:
         """`extract` for a ZIP member still compressed (`raw`: its local header and data):
         the parsing process inflates it, so inflated bytes never reach the worker itself."""
+        return await self._read(read_member, self._member_args(raw, member), start_page)
+
+    async def extract_members(
+        self, items: Sequence[tuple[bytes, Member, int]], *, together: bool = True
+    ) -> AsyncGenerator[tuple[int, Extraction | Unreadable]]:
+        """`extract_member` for each (raw, member, start page), yielding (position, result)
+        as each is done.
+
+        `together`: their text pass runs as one pool task per GROUP_BUDGET_S of parsing
+        instead of one per PDF, which shares a task's pickling, pipe hops and bookkeeping
+        among a job's PDFs. A group still running after GROUP_TIMEOUT_S is killed and what
+        it had left is read one PDF per task with the full limit, so only the PDF at fault
+        fails. A PDF with a page to OCR gets its own OCR pass either way.
+        """
+        todo = list(range(len(items))) if together and len(items) > 1 else []
+        alone = [] if todo else list(range(len(items)))
+        passes: dict[asyncio.Task[Extraction], int] = {}
+        try:
+            while todo:
+                try:
+                    firsts = await self._group([items[i] for i in todo])
+                except Unreadable as exc:
+                    log.warning(
+                        "a parsing group failed (%s): reading %d PDFs one by one",
+                        exc.reason,
+                        len(todo),
+                    )
+                    alone, todo = todo, []
+                    break
+                for i, first in zip(todo, firsts, strict=False):
+                    if first.reason:
+                        yield i, Unreadable(first.reason)
+                    elif first.ocr_from is None:
+                        yield i, first
+                    else:
+                        ocr_pass = self._after(first, read_member, self._member_args(*items[i][:2]))
+                        passes[asyncio.create_task(ocr_pass)] = i
+                todo = todo[len(firsts) :]
+            for i in alone:
+                passes[asyncio.create_task(self.extract_member(*items[i]))] = i
+            while passes:
+                done, _ = await asyncio.wait(passes, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    yield passes.pop(task), _settled(task)
+        finally:
+            for task in passes:
+                task.cancel()  # pebble kills a process parsing a cancelled task
+
+    async def _group(self, items: Sequence[tuple[bytes, Member, int]]) -> list[Result]:
+        packed = [(raw, Packed.of(member), start) for raw, member, start in items]
+        timeout_s = min(GROUP_TIMEOUT_S, self.timeout_s)
+        fixed = (self.max_pages, self.max_page_chars, self.engine, GROUP_BUDGET_S)
+        firsts: list[Result] = await self._schedule(timeout_s, read_members, packed, *fixed)
+        return firsts
+
+    def _member_args(self, raw: bytes, member: Member) -> Callable[[int, Ocr], tuple[Any, ...]]:
         packed = Packed.of(member)
 
         def args(page: int, how: Ocr) -> tuple[Any, ...]:
             return raw, packed, self.max_pages, page, self.max_page_chars, self.engine, how
 
-        return await self._read(read_member, args, start_page)
+        return args
 
     async def _read(
         self, fn: Callable[..., Result], args: Callable[[int, Ocr], tuple[Any, ...]], start: int
     ) -> Extraction:
-        """The text pass; from a page without a usable text layer on, a second pass that
-        may OCR, with its own time limit (Tesseract takes seconds where PDFium takes ms)."""
+        """The text pass, then `_after` it."""
         first = await self._run(self.timeout_s, fn, *args(start, TEXT_ONLY))
+        return await self._after(first, fn, args)
+
+    async def _after(
+        self, first: Result, fn: Callable[..., Result], args: Callable[[int, Ocr], tuple[Any, ...]]
+    ) -> Extraction:
+        """From a page without a usable text layer on, a second pass that may OCR, with its
+        own time limit (Tesseract takes seconds where PDFium takes ms)."""
         if first.ocr_from is None:
             return first
         how, timeout_s = NO_OCR, self.timeout_s
@@ -387,9 +486,16 @@ class Extractor:
         return replace(more, has_text=more.has_text or first.has_text)
 
     async def _run(self, timeout_s: float, fn: Callable[..., Result], *args: Any) -> Extraction:
+        result: Result = await self._schedule(timeout_s, fn, *args)
+        if result.reason:
+            raise Unreadable(result.reason)
+        return result
+
+    async def _schedule(self, timeout_s: float, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in a parsing process, killed after `timeout_s` of running."""
         future = self.pool.schedule(fn, args=args, timeout=timeout_s)
         try:
-            result: Result = await asyncio.wrap_future(future)
+            return await asyncio.wrap_future(future)
         except FutureTimeout as exc:
             raise Unreadable("timeout", f"parsing took over {timeout_s:g}s") from exc
         except ProcessExpired as exc:
@@ -398,9 +504,6 @@ class Extractor:
         except asyncio.CancelledError:
             future.cancel()  # pebble kills the process running a cancelled task
             raise
-        if result.reason:
-            raise Unreadable(result.reason)
-        return result
 
     def close(self) -> None:
         self.pool.stop()

@@ -181,7 +181,8 @@ async def process(
                     deps, batch_id, {_ref(batch_id, m): failed(reason) for m in todo}
                 )
                 return f"{len(todo)} failed: {reason}"
-            decided = await _process(deps, batch_id, source, todo, parse_until)
+            together = ctx["job_try"] == 1
+            decided = await _process(deps, batch_id, source, todo, parse_until, together=together)
             outcomes = await record_outcomes(deps, batch_id, decided)
             if len(decided) < len(todo):
                 raise TimeoutError(f"{len(todo) - len(decided)} PDFs were not parsed in time")
@@ -211,19 +212,27 @@ async def _unrecorded(deps: Deps, batch_id: str, members: list[Member]) -> list[
 
 
 async def _process(
-    deps: Deps, batch_id: str, source: str, members: list[Member], parse_until: float
+    deps: Deps,
+    batch_id: str,
+    source: str,
+    members: list[Member],
+    parse_until: float,
+    *,
+    together: bool,
 ) -> dict[FileRef, Decision]:
     """Decide an outcome for each file, in steps that each serve the whole run at once.
 
     Read: one ranged GET, still compressed. Extract: every PDF in the parsing pool, which
-    inflates it under its memory cap, up to its first page with an address. Match: one query
+    inflates it under its memory cap, up to its first page with an address; `together`, in
+    group tasks (the first try), else one task per PDF, so that a PDF that hangs its parser
+    cannot make its neighbours miss the deadline try after try. Match: one query
     for all those addresses; a file whose addresses are nobody's reads on and matches again.
     Then each file that found a user is inflated, stored and claimed. The claim is the only
     write besides the recording. Files not parsed by `parse_until` are left out.
     """
     with stage("read"):
         pdfs = await _read(deps, batch_id, source, members)
-    matched, decided, ocr = await _match(deps, pdfs, parse_until)
+    matched, decided, ocr = await _match(deps, pdfs, parse_until, together=together)
     decided = {ref: replace(d, ocr=ref in ocr) for ref, d in decided.items()}
     for wave in _waves(matched, {ref: m.size for ref, (m, _) in pdfs.items()}):
         linked = [_link(deps, ref, matched[ref], *pdfs[ref], ocr=ref in ocr) for ref in wave]
@@ -261,7 +270,7 @@ def _waves(matched: dict[FileRef, UserRow], sizes: dict[FileRef, int]) -> list[l
 
 
 async def _match(
-    deps: Deps, pdfs: dict[FileRef, tuple[Member, bytes]], parse_until: float
+    deps: Deps, pdfs: dict[FileRef, tuple[Member, bytes]], parse_until: float, *, together: bool
 ) -> tuple[dict[FileRef, UserRow], dict[FileRef, Decision], set[FileRef]]:
     """Each PDF's user, chosen among its candidates (`matching.choose`); else why not.
 
@@ -276,7 +285,7 @@ async def _match(
     domains = deps.settings.placeholder_domains
     while page:
         with stage("extract") as span:
-            extracted = await _extract_all(deps, pdfs, page, parse_until)
+            extracted = await _extract_all(deps, pdfs, page, parse_until, together=together)
             # counts only, never an address
             parsed = [r for r in extracted.values() if isinstance(r, Extraction)]
             span.set_attribute("pdfqueue.pages", sum(r.pages for r in parsed))
@@ -329,25 +338,20 @@ async def _extract_all(
     pdfs: dict[FileRef, tuple[Member, bytes]],
     page: dict[FileRef, int],
     until: float,
+    *,
+    together: bool,
 ) -> dict[FileRef, Extraction | Unreadable]:
-    """Parse the PDFs in `page`, each from its page there, all at once in the pool; those
-    not done by `until` are left out."""
-    tasks = {
-        asyncio.create_task(deps.extractor.extract_member(pdfs[ref][1], pdfs[ref][0], start)): ref
-        for ref, start in page.items()
-    }
-    try:
-        timeout = max(until - asyncio.get_running_loop().time(), 0)
-        done, _ = await asyncio.wait(tasks, timeout=timeout)
-    finally:
-        for task in tasks:
-            task.cancel()  # no-op once done; pebble kills a process parsing a cancelled task
+    """Parse the PDFs in `page`, each from its page there, in the pool; those not done by
+    `until` are left out. `together`: in group tasks (`Extractor.extract_members`)."""
+    refs = list(page)
+    items = [(pdfs[ref][1], pdfs[ref][0], page[ref]) for ref in refs]
     out: dict[FileRef, Extraction | Unreadable] = {}
-    for task in done:
-        try:
-            out[tasks[task]] = task.result()
-        except Unreadable as exc:
-            out[tasks[task]] = exc
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout_at(until):
+            reads = deps.extractor.extract_members(items, together=together)
+            async with contextlib.aclosing(reads):
+                async for i, result in reads:
+                    out[refs[i]] = result
     return out
 
 

@@ -285,8 +285,9 @@ class Settings(BaseSettings):
     (256 MiB still reads ordinary PDFs and inflates a member of `PDFQUEUE_MAX_PDF_BYTES`;
     PDFium aborts its process at the limit, which fails that file as `too_large`)."""
     extract_tasks_per_process: int = 5000
-    """Recycle a parsing process after this many PDFs to bound slow leaks (its memory limit
-    already bounds a fast one; recycling every 500 cost ~0.8 ms of CPU per PDF)."""
+    """Recycle a parsing process after this many tasks to bound slow leaks (a task is one PDF,
+    or the group of a job's PDFs; its memory limit already bounds a fast leak; recycling every
+    500 PDFs cost ~0.8 ms of CPU per PDF)."""
     ocr_max_pages: int = Field(default=2, ge=0)
     """Pages per PDF read by OCR (Tesseract) when they have no usable text layer: the first
     such page, then the next only while no user matched. 0 turns OCR off (such files are
