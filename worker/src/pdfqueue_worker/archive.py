@@ -9,7 +9,7 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pdfqueue.domain.errors import ArchiveRejected, PermanentError
+from pdfqueue.domain.errors import ArchiveRejected, FileRejected
 from pdfqueue.stores.storage import Backend
 from pdfqueue.stores.zipdir import DirectoryLimits, Entry, walk_directory
 from pdfqueue_worker.payload import LOCAL_HEADER, LOCAL_SIGNATURE, data_start
@@ -18,12 +18,8 @@ _SUPPORTED_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
 _NAME_MARGIN = 1024  # local header name + extra field; read again if it is larger
 
 
-class MemberRejected(PermanentError):
-    """One member breaks a rule; it fails with `reason`, the rest of the batch goes on."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+class MemberRejected(FileRejected):
+    """One member breaks a rule of the archive limits."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pebble import ProcessExpired, ProcessPool
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
-from pdfqueue.domain.errors import PermanentError
+from pdfqueue.domain.errors import FileRejected
 from pdfqueue_worker import ocr
 from pdfqueue_worker.candidates import Candidate, Source, page_candidates
 from pdfqueue_worker.emails import DEFAULT_MAX_PAGE_CHARS
@@ -57,12 +57,8 @@ _LOCKED = (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY)
 log = logging.getLogger(__name__)
 
 
-class Unreadable(PermanentError):
-    """This PDF cannot be read; `reason` is the per-file reason in the report."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(detail or reason)
-        self.reason = reason
+class Unreadable(FileRejected):
+    """This PDF cannot be read."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdfqueue.domain.errors import PermanentError
+from pdfqueue.domain.errors import FileRejected
 
 if TYPE_CHECKING:
     from pdfqueue_worker.archive import Member
@@ -25,12 +25,8 @@ LOCAL_SIGNATURE = b"PK\x03\x04"
 _NAME_LENGTH, _EXTRA_LENGTH = 10, 11  # their places among the unpacked fields
 
 
-class Uninflatable(PermanentError):
-    """This member cannot be inflated; `reason` is the per-file reason in the report."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+class Uninflatable(FileRejected):
+    """This member cannot be inflated."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,15 @@ class TransientError(PdfQueueError):
     """Bounded label of this kind of failure (per-file reasons, metric labels)."""
 
 
+class FileRejected(PermanentError):
+    """One file of a batch cannot be read; it fails with `reason` (the per-file reason in the
+    report) and the rest of the batch goes on."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+
+
 class ConfigurationError(PdfQueueError):
     """Settings a process cannot run with; it says which and refuses to start."""
 
