@@ -46,6 +46,9 @@ LINK_INFLATED_BYTES = 16 * 1024**2
 single member that big): the worker inflates a member only to store it, parsing processes
 inflate what they read under their own memory cap."""
 
+INLINE_INFLATE_BYTES = 256 * 1024
+"""A linked PDF up to this size is inflated on the event loop (well under a millisecond)."""
+
 Task = Callable[..., Coroutine[Any, Any, Any]]
 
 
@@ -359,8 +362,12 @@ async def _link(
     deps: Deps, ref: FileRef, user: UserRow, member: Member, raw: bytes, *, ocr: bool
 ) -> tuple[FileRef, Decision]:
     """Store the PDF under its content-addressed key and claim the user for it."""
-    # parsed already, so it inflates; off the event loop
-    data = await deps.storage.run(inflate, raw, Packed.of(member))
+    # parsed already, so it inflates; a big one off the event loop (a thread hop costs more
+    # CPU than inflating a résumé)
+    if member.size <= INLINE_INFLATE_BYTES:
+        data = inflate(raw, Packed.of(member))
+    else:
+        data = await deps.storage.run(inflate, raw, Packed.of(member))
     sha256 = hashlib.sha256(data).hexdigest()
     key = keys.linked_pdf(user.id, sha256)
     if user.pdf_url is not None:
