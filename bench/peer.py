@@ -1,4 +1,5 @@
-"""The seed peer (BullMQ + pdf-parse, /work/shared/peers/seed-node) on the same services."""
+"""The seed peer (BullMQ + pdf-parse, ../shared/peers/seed-node beside this repository) on the
+same services."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ from bench.pipeline import Bench
 from bench.procs import Sampler
 from pdfqueue_dev.processes import Child
 
-SOURCE = Path(os.environ.get("PDFQUEUE_BENCH_PEER", "/work/shared/peers/seed-node"))
+SOURCE = Path(
+    os.environ.get("PDFQUEUE_BENCH_PEER")
+    or Path(__file__).resolve().parents[2] / "shared/peers/seed-node"
+)
+"""The peer's sources: `../shared/peers/seed-node` next to this repository by default."""
 WORKDIR = Path(os.environ.get("PDFQUEUE_BENCH_PEER_DIR", "/tmp/seed-node-peer"))
 QUEUE_KEYS = "bull:pdf-bulk-upload:*"
 """The peer's BullMQ queue; `batch:b<ms>` hashes hold its counters."""
