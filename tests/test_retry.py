@@ -15,6 +15,7 @@ import asyncpg
 import httpx
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from pdfqueue.cli.main import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, main
 from pdfqueue.domain import keys
@@ -382,18 +383,40 @@ async def test_a_retried_batchs_pdfbatch_is_unfinished_again_then_finished_with_
     assert counters(await summary(settings, batch_id)) == corpus.counts()
 
 
+class CutShort(Redis):
+    """The real Redis, but once `cut_after` is set, the call that brings it to 0 is carried
+    out and then raises: the pass that made it is cut off right there (its step timeout, a
+    lost connection, a shutdown)."""
+
+    cut_after: int | None = None
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        result = await super().execute_command(*args, **options)
+        if self.cut_after is not None:
+            self.cut_after -= 1
+            if self.cut_after == 0:
+                self.cut_after = None
+                raise RedisConnectionError("cut off after this call")
+        return result
+
+
 class RetryInside(Kube):
     """The operator's own client to the real API server, through which the API's retry
     lands once, right after the call named `after` returns: an interleaving that a loaded
-    machine produces by chance, here every time."""
+    machine produces by chance, here every time. With `cut`, the pass is then cut off
+    right after its next Redis call."""
 
     retry: Callable[[], Awaitable[None]]
+    redis: CutShort
     after: str | None = None
+    cut = False
 
     async def _then(self, call: str) -> None:
         if self.after == call:
             self.after = None
             await self.retry()
+            if self.cut:
+                self.cut, self.redis.cut_after = False, 1
 
     async def get_pdfbatch(self, ref: ObjectRef) -> dict[str, Any] | None:
         found = await super().get_pdfbatch(ref)
@@ -441,6 +464,9 @@ class Adopted:
         """One pass of the operator's status loop."""
         await self.reconciler.mirror()
 
+    async def cut(self) -> None:
+        self.client.cut = True
+
     async def retry(self) -> None:
         """What `POST /v1/batches/{id}/retry` does."""
         await self.stores.lifecycle.requeue(self.batch_id, all_failed=False)
@@ -465,8 +491,10 @@ async def adopted(
     source = storage.url(f"uploads/{batch_id}.zip")
     await kube.apply(manifest(batch_id, source, "acme"), namespace=namespace)
     config = settings.model_copy(update={"operator_namespace_tenants": {namespace: "*"}})
-    stores = await Stores.open(config, OPERATOR)
+    redis = CutShort.from_url(settings.redis_url)
+    stores = await Stores.open(config, OPERATOR, redis)
     client = RetryInside(await connect(str(operator_kubeconfig)))
+    client.redis = redis
     reconciler = BatchReconciler(
         config, stores.redis, stores.db, stores.lifecycle, stores.storage, client
     )
@@ -477,6 +505,7 @@ async def adopted(
     finally:
         await client.close()
         await stores.close()
+        await redis.aclose()
 
 
 @pytest.mark.kube
@@ -490,6 +519,10 @@ async def adopted(
         pytest.param(
             "seen end retry-after:patch_pdfbatch_status", id="retried-as-its-end-is-shown"
         ),
+        pytest.param(
+            "seen end cut retry-after:patch_pdfbatch_status",
+            id="retried-as-its-end-is-shown-and-the-pass-cut-off",
+        ),
     ],
 )
 async def test_a_pdfbatch_follows_a_retry_whatever_the_interleaving(
@@ -500,6 +533,7 @@ async def test_a_pdfbatch_follows_a_retry_whatever_the_interleaving(
             adopted.client.after = step.partition(":")[2]
             await adopted.mirror()
             assert adopted.client.after is None  # the retry did land there
+            assert (adopted.client.cut, adopted.client.redis.cut_after) == (False, None)
         else:
             await getattr(adopted, step)()
         if step == "mirror":

@@ -170,9 +170,7 @@ class BatchReconciler:
             return  # changed meanwhile (kopf's own patches): the next pass writes it
         self._written[batch_id] = fingerprint
         if summary.status in TERMINAL:
-            await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
+            # Not a drop and a look afterwards: a pass cut off in between (its timeout, a
+            # Redis error, a shutdown) would lose a retry round that started meanwhile.
+            await self.lifecycle.stop_tracking(batch_id)
             self._written.pop(batch_id, None)
-            now = await self.lifecycle.status(batch_id)
-            if now is not None and now not in TERMINAL:
-                # a retry round started meanwhile and tracked it again: keep following it
-                await self.redis.hset(self.tracking_key, batch_id, ref.dumps())  # type: ignore[misc]
