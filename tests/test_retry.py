@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +15,19 @@ import asyncpg
 import httpx
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from pdfqueue.cli.main import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, main
 from pdfqueue.domain import keys
+from pdfqueue.domain.pdfbatch import manifest
 from pdfqueue.domain.settings import Settings
+from pdfqueue.runtime.stores import OPERATOR, Stores
+from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_dev.samples import CLEAN, Expect
+from pdfqueue_operator.kube import Kube, connect
+from pdfqueue_operator.model import ObjectRef, PdfBatchObject
+from pdfqueue_operator.reconcile import BatchReconciler
 from tests.support.browser import DevTools
 from tests.support.helpers import ACME, ACME_TOKEN, GLOBEX, MakeCorpus, RunWorker, upload
 from tests.support.kube_env import Cluster, StartOperator
@@ -324,6 +334,7 @@ async def cli(capsys: pytest.CaptureFixture[str], *argv: str, url: str) -> tuple
 
 @pytest.mark.kube
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("operator_late", [False, True], ids=["operator-up", "operator-late"])
 async def test_a_retried_batchs_pdfbatch_is_unfinished_again_then_finished_with_new_counts(
     kube: Cluster,
     api_kubeconfig: Path,
@@ -331,12 +342,17 @@ async def test_a_retried_batchs_pdfbatch_is_unfinished_again_then_finished_with_
     make_corpus: MakeCorpus,
     run_worker: RunWorker,
     settings: Settings,
+    operator_late: bool,
 ) -> None:
+    """`operator_late`: the operator first sees the object once its batch has ended (it was
+    down, or its watch started late, as kopf's does when the API server is slow)."""
     from pdfqueue_api.app import create_app
 
     corpus, path = await make_corpus(12, seed=19, mix=CLEAN)
     ns = kube.system_ns  # the API's Role lets it create PdfBatches there and nowhere else
-    await start_operator(ns, PDFQUEUE_OPERATOR_NAMESPACE_TENANTS=f"{ns}:*")
+    operator = partial(start_operator, ns, PDFQUEUE_OPERATOR_NAMESPACE_TENANTS=f"{ns}:*")
+    if not operator_late:
+        await operator()
     k8s = settings.model_copy(
         update={"kubernetes_namespace": ns, "kubeconfig": str(api_kubeconfig)}
     )
@@ -350,6 +366,8 @@ async def test_a_retried_batchs_pdfbatch_is_unfinished_again_then_finished_with_
         batch_id = await upload(api, path)
         name = f"batch-{batch_id}"
         await run_with_storage_down(settings)
+        if operator_late:
+            await operator()
         first = await phase_when(kube, ns, name, "COMPLETED")
         assert (first["status"]["failed"], first["status"]["linked"]) == (12, 0)
         assert finished(first)["status"] == "True"
@@ -363,6 +381,177 @@ async def test_a_retried_batchs_pdfbatch_is_unfinished_again_then_finished_with_
     assert done["status"]["processed"] == 12
     assert finished(done) == {**finished(done), "status": "True", "reason": "Completed"}
     assert counters(await summary(settings, batch_id)) == corpus.counts()
+
+
+class CutShort(Redis):
+    """The real Redis, but once `cut_after` is set, the call that brings it to 0 is carried
+    out and then raises: the pass that made it is cut off right there (its step timeout, a
+    lost connection, a shutdown)."""
+
+    cut_after: int | None = None
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        result = await super().execute_command(*args, **options)
+        if self.cut_after is not None:
+            self.cut_after -= 1
+            if self.cut_after == 0:
+                self.cut_after = None
+                raise RedisConnectionError("cut off after this call")
+        return result
+
+
+class RetryInside(Kube):
+    """The operator's own client to the real API server, through which the API's retry
+    lands once, right after the call named `after` returns: an interleaving that a loaded
+    machine produces by chance, here every time. With `cut`, the pass is then cut off
+    right after its next Redis call."""
+
+    retry: Callable[[], Awaitable[None]]
+    redis: CutShort
+    after: str | None = None
+    cut = False
+
+    async def _then(self, call: str) -> None:
+        if self.after == call:
+            self.after = None
+            await self.retry()
+            if self.cut:
+                self.cut, self.redis.cut_after = False, 1
+
+    async def get_pdfbatch(self, ref: ObjectRef) -> dict[str, Any] | None:
+        found = await super().get_pdfbatch(ref)
+        await self._then("get_pdfbatch")
+        return found
+
+    async def patch_pdfbatch_status(
+        self, ref: ObjectRef, status: Mapping[str, Any], resource_version: str
+    ) -> bool:
+        done = await super().patch_pdfbatch_status(ref, status, resource_version)
+        await self._then("patch_pdfbatch_status")
+        return done
+
+
+@dataclass
+class Adopted:
+    """An API upload, its PdfBatch in a namespace of its own, and the operator's reconciler
+    driven step by step against the real Redis, PostgreSQL and API server."""
+
+    kube: Cluster
+    namespace: str
+    batch_id: str
+    settings: Settings
+    stores: Stores
+    client: RetryInside
+    reconciler: BatchReconciler
+
+    @property
+    def name(self) -> str:
+        return f"batch-{self.batch_id}"
+
+    async def shown(self) -> dict[str, Any]:
+        obj = await self.kube.get("pdfbatch", self.name, self.namespace)
+        assert obj is not None
+        return obj
+
+    async def seen(self) -> None:
+        """What kopf's create (or resume) handler does with the object."""
+        await self.reconciler.ensure(PdfBatchObject.from_body(await self.shown()))
+
+    async def end(self) -> None:
+        await run_with_storage_down(self.settings)
+
+    async def mirror(self) -> None:
+        """One pass of the operator's status loop."""
+        await self.reconciler.mirror()
+
+    async def cut(self) -> None:
+        self.client.cut = True
+
+    async def retry(self) -> None:
+        """What `POST /v1/batches/{id}/retry` does."""
+        await self.stores.lifecycle.requeue(self.batch_id, all_failed=False)
+
+    async def tracked(self) -> bool:
+        tracking = keys.operator_batches(self.settings.queue_name)
+        return bool(await self.stores.redis.hexists(tracking, self.batch_id))  # type: ignore[misc]
+
+
+@pytest.fixture
+async def adopted(
+    kube: Cluster,
+    namespace: str,
+    operator_kubeconfig: Path,
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    settings: Settings,
+    storage: Storage,
+) -> AsyncIterator[Adopted]:
+    _, path = await make_corpus(12, seed=19, mix=CLEAN)
+    batch_id = await upload(api, path)
+    source = storage.url(f"uploads/{batch_id}.zip")
+    await kube.apply(manifest(batch_id, source, "acme"), namespace=namespace)
+    config = settings.model_copy(update={"operator_namespace_tenants": {namespace: "*"}})
+    redis = CutShort.from_url(settings.redis_url)
+    stores = await Stores.open(config, OPERATOR, redis)
+    client = RetryInside(await connect(str(operator_kubeconfig)))
+    client.redis = redis
+    reconciler = BatchReconciler(
+        config, stores.redis, stores.db, stores.lifecycle, stores.storage, client
+    )
+    scene = Adopted(kube, namespace, batch_id, settings, stores, client, reconciler)
+    client.retry = scene.retry
+    try:
+        yield scene
+    finally:
+        await client.close()
+        await stores.close()
+        await redis.aclose()
+
+
+@pytest.mark.kube
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param("end seen mirror retry", id="ended-before-its-object-was-seen"),
+        pytest.param("end seen retry", id="retried-before-the-first-mirror-pass"),
+        pytest.param("seen end retry-after:get_pdfbatch", id="retried-as-the-mirror-reads-its-end"),
+        pytest.param(
+            "seen end retry-after:patch_pdfbatch_status", id="retried-as-its-end-is-shown"
+        ),
+        pytest.param(
+            "seen end cut retry-after:patch_pdfbatch_status",
+            id="retried-as-its-end-is-shown-and-the-pass-cut-off",
+        ),
+    ],
+)
+async def test_a_pdfbatch_follows_a_retry_whatever_the_interleaving(
+    adopted: Adopted, run_worker: RunWorker, steps: str
+) -> None:
+    for step in steps.split():
+        if step.startswith("retry-after:"):
+            adopted.client.after = step.partition(":")[2]
+            await adopted.mirror()
+            assert adopted.client.after is None  # the retry did land there
+            assert (adopted.client.cut, adopted.client.redis.cut_after) == (False, None)
+        else:
+            await getattr(adopted, step)()
+        if step == "mirror":
+            ended = (await adopted.shown()).get("status") or {}
+            assert (ended.get("phase"), ended.get("failed")) == ("COMPLETED", 12)
+    await adopted.mirror()
+    running = await adopted.shown()
+    assert running["status"]["phase"] == "PROCESSING"
+    assert (running["status"]["processed"], running["status"]["failed"]) == (0, 0)
+    assert finished(running)["status"] == "False"
+
+    await run_worker()
+    await adopted.mirror()
+    done = await adopted.shown()
+    assert (done["status"]["phase"], done["status"]["processed"]) == ("COMPLETED", 12)
+    assert (done["status"]["linked"], done["status"]["failed"]) == (12, 0)
+    assert finished(done) == {**finished(done), "status": "True", "reason": "Completed"}
+    assert not await adopted.tracked()  # mirrored to its end, and no longer followed
 
 
 def finished(obj: dict[str, Any]) -> dict[str, Any]:

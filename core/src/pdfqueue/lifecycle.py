@@ -246,6 +246,13 @@ class Lifecycle:
         if ref is not None:
             await self.redis.hset(keys.operator_batches(self.queue_name), batch_id, ref)  # type: ignore[misc]
 
+    async def stop_tracking(self, batch_id: str) -> bool:
+        """The operator showed the batch's end: drop it from its tracking hash, unless a
+        retry round runs already (False). One Redis step, so whatever the order against
+        `requeue` and whether the caller gets to do anything more, a round either finds the
+        batch still tracked or tracks it again from the reference the operator left first."""
+        return await self.state.untrack_ended(batch_id, keys.operator_batches(self.queue_name))
+
     async def fail(self, batch_id: str, error: str) -> None:
         """The batch cannot run (its archive is refused, ingest ran out of tries)."""
         await self.state.set_status(batch_id, BatchStatus.FAILED, error)

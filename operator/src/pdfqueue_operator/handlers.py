@@ -1,4 +1,10 @@
-"""kopf handlers, kept thin: parse the object, call the reconciler, write the status.
+"""kopf handlers, kept thin: parse the object, call the reconciler, say why it was refused.
+
+They write `.status` only for an object refused: a batch's progress has one writer, the
+operator's status loop (`BatchReconciler.mirror`). kopf patches what a handler returns without
+a resourceVersion, after the handler is done: a summary read before a retry or the batch's
+last file would overwrite what the loop wrote since, and the loop, which writes only what
+changed, would not write it again.
 
 kopf posts what its handlers raise as Events, readable by anyone who can read the namespace:
 so what they raise is generic (a reason, never an exception's text or a dependency's URL),
@@ -23,7 +29,7 @@ from pdfqueue.observability.logging import setup_logging
 from pdfqueue_operator.autoscaler import Key, WorkerDeployment
 from pdfqueue_operator.model import PdfBatchObject
 from pdfqueue_operator.runtime import Operator
-from pdfqueue_operator.status import progress, rejected
+from pdfqueue_operator.status import rejected
 
 log = logging.getLogger(__name__)
 MAX_RETRY_DELAY_S = 300.0
@@ -80,12 +86,12 @@ def hpa_targets(
 async def reconcile(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any
 ) -> None:
-    """Queue the batch (idempotent: resume after a restart repeats nothing) and show it."""
+    """Queue the batch (idempotent: resume after a restart repeats nothing) and track it."""
     operator: Operator = memo.operator
     obj = PdfBatchObject.from_body(body)
     delay = min(operator.settings.operator_status_interval_s * 2**retry, MAX_RETRY_DELAY_S)
     try:
-        summary = await operator.reconciler.ensure(obj)
+        await operator.reconciler.ensure(obj)
     except ObjectNotFound as exc:
         message = f"{obj.spec.source} does not exist (yet); looking again in {delay:g}s"
         patch.status.update(
@@ -105,7 +111,6 @@ async def reconcile(
             exc_info=True,
         )
         raise kopf.TemporaryError("a dependency is unavailable; retrying", delay=delay) from exc
-    patch.status.update(progress(summary, obj.generation, obj.conditions))
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, when=lambda type, **_: type == "DELETED")

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import ObjectNotFound
-from pdfqueue.domain.models import TERMINAL, BatchSummary
+from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.pdfbatch import DEFAULT_TENANT
 from pdfqueue.domain.settings import Settings, valid_tenant
 from pdfqueue.lifecycle import Lifecycle
@@ -69,8 +69,13 @@ class BatchReconciler:
             raise TenantNotAllowed(f"spec.tenant {wanted[:63]!r} is not a valid tenant name")
         return wanted
 
-    async def ensure(self, obj: PdfBatchObject) -> BatchSummary:
-        """Register and enqueue the object's batch, or adopt the API's (once), and mirror it.
+    async def ensure(self, obj: PdfBatchObject) -> None:
+        """Register and enqueue the object's batch, or adopt the API's (once), and track it.
+
+        Tracked whatever its state, so the status loop is the one writer of its progress: a
+        batch that ended before its object was first seen (an API upload that ran while the
+        operator was down or its watch was late) gets the reference a retry tracks it again by
+        (`Lifecycle.requeue`) like any other, instead of keeping its first end through a retry.
 
         Raises a PermanentError when the object is refused (ObjectNotFound: the ZIP is not
         there yet). A refused object queues nothing and touches no batch.
@@ -84,25 +89,19 @@ class BatchReconciler:
             )
             if bound is None:
                 raise BatchNotAdoptable(batch_id)
-            summary = bound.summary
         else:
             batch_id = obj.own_id
-            summary = await self._register(obj, batch_id, tenant, key)
-        if summary.status not in TERMINAL:
-            await self.redis.hset(self.tracking_key, batch_id, obj.ref.dumps())  # type: ignore[misc]
-        found = await self.lifecycle.read(batch_id)
-        return found.summary if found is not None else summary
+            await self._register(obj, batch_id, tenant, key)
+        await self.redis.hset(self.tracking_key, batch_id, obj.ref.dumps())  # type: ignore[misc]
 
-    async def _register(
-        self, obj: PdfBatchObject, batch_id: str, tenant: str, key: str
-    ) -> BatchSummary:
+    async def _register(self, obj: PdfBatchObject, batch_id: str, tenant: str, key: str) -> None:
         folder = f"{self.settings.operator_source_prefix}{tenant}/"
         if not key.startswith(folder):  # the key's segments are checked: a text prefix will do
             raise SourceNotAllowed(obj.spec.source, self.storage.url(folder))
         known = await self.lifecycle.read(batch_id)
         if known is None and not await self.storage.exists(key):
             raise ObjectNotFound(obj.spec.source)
-        return await self.lifecycle.register(
+        await self.lifecycle.register(
             batch_id=batch_id,
             tenant=tenant,
             source_key=key,
@@ -171,9 +170,7 @@ class BatchReconciler:
             return  # changed meanwhile (kopf's own patches): the next pass writes it
         self._written[batch_id] = fingerprint
         if summary.status in TERMINAL:
-            await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
+            # Not a drop and a look afterwards: a pass cut off in between (its timeout, a
+            # Redis error, a shutdown) would lose a retry round that started meanwhile.
+            await self.lifecycle.stop_tracking(batch_id)
             self._written.pop(batch_id, None)
-            now = await self.lifecycle.status(batch_id)
-            if now is not None and now not in TERMINAL:
-                # a retry round started meanwhile and tracked it again: keep following it
-                await self.redis.hset(self.tracking_key, batch_id, ref.dumps())  # type: ignore[misc]

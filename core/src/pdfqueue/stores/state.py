@@ -30,6 +30,7 @@ def _lua(name: str) -> str:
 _RECORD = _lua("record_outcome")
 _START = _lua("start_batch")
 _RETRY = _lua("retry_batch")
+_UNTRACK = _lua("untrack_ended")
 
 
 def utcnow() -> datetime:
@@ -173,6 +174,19 @@ class BatchState:
             *(str(i) for i in files),
         )
         return _text(outcome)
+
+    async def untrack_ended(self, batch_id: str, tracking_key: str) -> bool:
+        """Drop the batch from `tracking_key` (a hash by batch id) in the same step that
+        finds its live status terminal or expired; False (kept) while a round runs."""
+        dropped = await self.redis.eval(  # type: ignore[misc]
+            _UNTRACK,
+            2,
+            keys.batch(batch_id),
+            tracking_key,
+            batch_id,
+            *sorted(s.value for s in TERMINAL),
+        )
+        return bool(dropped)
 
     async def set_status(
         self, batch_id: str, status: BatchStatus, error: str | None = None
