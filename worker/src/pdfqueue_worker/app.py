@@ -14,7 +14,7 @@ from arq.connections import RedisSettings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable
+from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, RedisUnavailable
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
@@ -154,7 +154,7 @@ def supervise(make_worker: Callable[[], Worker], max_delay_s: float = 30.0) -> i
         worker = make_worker()
         try:
             worker.run()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, RedisUnavailable, OSError) as exc:
             log.error("lost Redis (%r); reconnecting in %.0fs", exc, delay)
             worker.loop.run_until_complete(shutdown(worker.ctx))
             time.sleep(delay)

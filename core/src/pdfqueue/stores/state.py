@@ -47,7 +47,6 @@ class Recorded(IntEnum):
     """This file was the last one: the batch is now COMPLETED."""
 
 
-@typed_methods(redis_errors)
 @dataclass(frozen=True)
 class Recording:
     """What one recording call did: a code per file, and the batch's status after it."""
@@ -57,6 +56,7 @@ class Recording:
     """"" when the live state has expired (every code is then MISSING)."""
 
 
+@typed_methods(redis_errors)
 @dataclass(frozen=True)
 class BatchState:
     """Operations on one Redis; every write refreshes the batch's TTL."""
