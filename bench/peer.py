@@ -111,7 +111,8 @@ def run_peer(
     existing = _peer_keys(bench)
     t0_ms = int(time.time() * 1000)
     argv = ["node", str(workdir / "peer.js"), str(path)]  # node_modules resolve next to peer.js
-    child = Child(f"peer-{n}", argv, peer_env(bench), bench.log_dir, launcher=False)
+    # one log per corpus: Child appends, and the result line is read back from it
+    child = Child(f"peer-{density}-{n}", argv, peer_env(bench), bench.log_dir, launcher=False)
     sampler = Sampler(0.1, services=bench.services)
     sampler.watch("peer", child.main_pid)
     started = time.monotonic()
