@@ -20,7 +20,6 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from arq.constants import job_key_prefix, result_key_prefix
@@ -29,20 +28,16 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.periodic import Periodic
-from pdfqueue.stores.drivers import redis_errors, typed_call, typed_methods
+from pdfqueue.stores.drivers import lua, redis_errors, typed_call, typed_methods
 from pdfqueue.stores.queue import JOB_EXPIRES_MS, Job, encoded
 
 log = logging.getLogger(__name__)
 
 
-def _lua(name: str) -> str:
-    return resources.files("pdfqueue.stores").joinpath(f"lua/{name}.lua").read_text()
-
-
-_REGISTER = _lua("fair_register")
-_DISPATCH = _lua("fair_dispatch")
-_PENDING = _lua("fair_pending")
-_DROP = _lua("fair_drop")
+_REGISTER = lua("fair_register")
+_DISPATCH = lua("fair_dispatch")
+_PENDING = lua("fair_pending")
+_DROP = lua("fair_drop")
 
 
 def _pairs(mapping: Mapping[str, int]) -> list[Any]:

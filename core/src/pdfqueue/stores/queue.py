@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from arq.constants import job_key_prefix, result_key_prefix
@@ -15,13 +14,13 @@ from arq.jobs import serialize_job
 from redis.asyncio import Redis
 
 from pdfqueue.observability.tracing import producer_span
-from pdfqueue.stores.drivers import redis_errors, typed_call
+from pdfqueue.stores.drivers import lua, redis_errors, typed_call
 
 JOB_EXPIRES_MS = 7 * 24 * 3600 * 1000
 """A job not started within this long is dropped by arq; a week outlasts any idle cluster."""
 
-_ENQUEUE = resources.files("pdfqueue.stores").joinpath("lua/enqueue.lua").read_text()
-_SCAN_PREFIX = resources.files("pdfqueue.stores").joinpath("lua/scan_prefix.lua").read_text()
+_ENQUEUE = lua("enqueue")
+_SCAN_PREFIX = lua("scan_prefix")
 
 
 def serialize(obj: Any) -> bytes:

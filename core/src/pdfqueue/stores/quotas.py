@@ -10,7 +10,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
@@ -19,11 +18,11 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.errors import QuotaExceeded, ServiceUnavailable
 from pdfqueue.domain.settings import Quota, Settings
 from pdfqueue.stores.db import Database
-from pdfqueue.stores.drivers import redis_errors
+from pdfqueue.stores.drivers import lua, redis_errors
 
 T = TypeVar("T")
-_ADMIT = resources.files("pdfqueue.stores").joinpath("lua/quota_admit.lua").read_text()
-_CHARGE = resources.files("pdfqueue.stores").joinpath("lua/quota_charge.lua").read_text()
+_ADMIT = lua("quota_admit")
+_CHARGE = lua("quota_charge")
 
 DEPENDENCY_TIMEOUT_S = 2.0
 """A quota step that takes longer than this answers 503, like every other dependency call."""

@@ -6,7 +6,6 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
-from importlib import resources
 from typing import cast
 
 from redis.asyncio import Redis
@@ -20,17 +19,12 @@ from pdfqueue.domain.models import (
     Outcome,
     OwnedBatch,
 )
-from pdfqueue.stores.drivers import redis_errors, typed_methods
+from pdfqueue.stores.drivers import lua, redis_errors, typed_methods
 
-
-def _lua(name: str) -> str:
-    return resources.files("pdfqueue.stores").joinpath(f"lua/{name}.lua").read_text()
-
-
-_RECORD = _lua("record_outcome")
-_START = _lua("start_batch")
-_RETRY = _lua("retry_batch")
-_UNTRACK = _lua("untrack_ended")
+_RECORD = lua("record_outcome")
+_START = lua("start_batch")
+_RETRY = lua("retry_batch")
+_UNTRACK = lua("untrack_ended")
 
 
 def utcnow() -> datetime:
