@@ -7,6 +7,7 @@ import hashlib
 import io
 import math
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
@@ -165,6 +166,33 @@ async def test_same_pdf_twice_links_once_and_reports_duplicate(
     await run_worker()
     status = await wait_done(api, second)
     assert (status["linked"], status["skipped_already_exists"]) == (0, 3)
+
+
+async def test_two_resumes_of_one_user_in_one_job_link_once_and_leave_one_object(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    tmp_path: Path,
+    s3_keys: Callable[[str], list[str]],
+) -> None:
+    """One claim statement serves a job; a user named twice in it is decided in a second."""
+    corpus, _ = await make_corpus(2, seed=8, mix=CLEAN)
+    one, other = render_pdf(corpus.files[0], seed=8), render_pdf(corpus.files[0], seed=9)
+    assert one != other  # the same user's address, different content
+    path = tmp_path / "twice.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("one.pdf", one)
+        zf.writestr("neighbour.pdf", render_pdf(corpus.files[1], seed=8))
+        zf.writestr("other.pdf", other)
+    batch_id = await upload(api, path)
+    await run_worker()
+    status = await wait_done(api, batch_id)
+    assert (status["linked"], status["skipped_already_exists"]) == (2, 1)
+    files = (await api.get(f"/v1/batches/{batch_id}/files")).json()
+    assert {f["name"]: f["reason"] for f in files if f["outcome"] != "linked"} == {
+        "other.pdf": "already_linked"
+    }
+    assert len(s3_keys("pdfs/")) == 2  # the losing copy was deleted
 
 
 @pytest.mark.parametrize(

@@ -82,9 +82,9 @@ def observed_job(function: str, *, link: bool) -> Callable[[Task], Task]:
 
 @contextmanager
 def stage(name: str) -> Iterator[Span]:
-    """One step of a process job (read, extract, match and record for all of its PDFs at
-    once; store and claim for one PDF): a child span and a `pdfqueue_stage_duration_seconds`
-    observation, also when the step fails."""
+    """One step of a process job, for all of its PDFs at once (read, extract, match,
+    record) or a wave of its linked ones (store, claim): a child span and a
+    `pdfqueue_stage_duration_seconds` observation, also when the step fails."""
     started = time.perf_counter()
     try:
         with tracing.span(name) as current:

@@ -17,7 +17,15 @@ from arq.constants import retry_key_prefix
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import PermanentError, transient_reason
-from pdfqueue.domain.models import TERMINAL, BatchStatus, Decision, FileRef, Outcome, failed
+from pdfqueue.domain.models import (
+    TERMINAL,
+    BatchStatus,
+    Claim,
+    Decision,
+    FileRef,
+    Outcome,
+    failed,
+)
 from pdfqueue.observability import metrics
 from pdfqueue.observability.tracing import file_event
 from pdfqueue.stores.db import UserRow
@@ -37,6 +45,7 @@ from pdfqueue_worker.payload import Packed, cut, inflate
 
 log = logging.getLogger(__name__)
 NO_MATCH = Outcome.SKIPPED_NO_MATCH
+NO_LINK = Outcome.SKIPPED_ALREADY_EXISTS
 RECORD_RESERVE_S = 4.0
 """Of a job's deadline, what is kept for matching, storing, claiming and recording."""
 SLICE_MAX_SPAN_BYTES = 16 * 1024**2
@@ -238,8 +247,7 @@ async def _process(
     matched, decided, ocr = await _match(deps, pdfs, parse_until, together=together)
     decided = {ref: replace(d, ocr=ref in ocr) for ref, d in decided.items()}
     for wave in _waves(matched, {ref: m.size for ref, (m, _) in pdfs.items()}):
-        linked = [_link(deps, ref, matched[ref], *pdfs[ref], ocr=ref in ocr) for ref in wave]
-        decided.update(await asyncio.gather(*linked))
+        decided.update(await _link(deps, {ref: (matched[ref], *pdfs[ref]) for ref in wave}, ocr))
     return decided
 
 
@@ -359,25 +367,41 @@ async def _extract_all(
 
 
 async def _link(
-    deps: Deps, ref: FileRef, user: UserRow, member: Member, raw: bytes, *, ocr: bool
-) -> tuple[FileRef, Decision]:
-    """Store the PDF under its content-addressed key and claim the user for it."""
-    # parsed already, so it inflates; a big one off the event loop (a thread hop costs more
-    # CPU than inflating a résumé)
-    if member.size <= INLINE_INFLATE_BYTES:
-        data = inflate(raw, Packed.of(member))
-    else:
-        data = await deps.storage.run(inflate, raw, Packed.of(member))
-    sha256 = hashlib.sha256(data).hexdigest()
-    key = keys.linked_pdf(user.id, sha256)
-    if user.pdf_url is not None:
-        skip = "duplicate" if user.pdf_url == key else "already_linked"
-        return ref, Decision(Outcome.SKIPPED_ALREADY_EXISTS, skip, user.id, sha256, ocr=ocr)
+    deps: Deps, wave: dict[FileRef, tuple[UserRow, Member, bytes]], ocr: set[FileRef]
+) -> dict[FileRef, Decision]:
+    """Store each PDF under its content-addressed key, then claim the users for them at once.
+
+    A user already linked when matched is not stored again. The copies of the files that
+    lost their user to another link are deleted: nobody else can claim that user now.
+    """
+    decided: dict[FileRef, Decision] = {}
+    claims: list[Claim] = []
+    objects: dict[str, bytes] = {}
+    for ref, (user, member, raw) in wave.items():
+        data = await _inflated(deps, member, raw)
+        sha256 = hashlib.sha256(data).hexdigest()
+        key = keys.linked_pdf(user.id, sha256)
+        if user.pdf_url is not None:
+            skip = "duplicate" if user.pdf_url == key else "already_linked"
+            decided[ref] = Decision(NO_LINK, skip, user.id, sha256, ocr=ref in ocr)
+        else:
+            claims.append(Claim(ref, user.id, key, sha256, ocr=ref in ocr))
+            objects[key] = data
+    if not claims:
+        return decided
     with stage("store"):
-        await deps.storage.put(key, data)
+        await asyncio.gather(*(deps.storage.put(key, data) for key, data in objects.items()))
     with stage("claim"):
-        decision = await deps.db.claim(ref, user_id=user.id, object_key=key, sha256=sha256, ocr=ocr)
-        if decision.reason == "already_linked":
-            # Another link won the race; nobody else can claim this user now: the copy is ours.
-            await deps.storage.delete(key)
-    return ref, decision
+        decided.update(claimed := await deps.db.claim(claims))
+    won = {c.object_key for c in claims if claimed[c.ref].outcome is Outcome.LINKED}
+    lost = {c.object_key for c in claims if claimed[c.ref].reason == "already_linked"} - won
+    await asyncio.gather(*(deps.storage.delete(key) for key in lost))
+    return decided
+
+
+async def _inflated(deps: Deps, member: Member, raw: bytes) -> bytes:
+    """A parsed member's bytes: a small one on the event loop (a thread hop costs more CPU
+    than inflating a résumé), a big one off it."""
+    if member.size <= INLINE_INFLATE_BYTES:
+        return inflate(raw, Packed.of(member))
+    return await deps.storage.run(inflate, raw, Packed.of(member))

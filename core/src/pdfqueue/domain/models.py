@@ -58,6 +58,17 @@ class Decision:
     """The address was looked for by OCR (the file had pages without a usable text layer)."""
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A file that found its user and stored its PDF, asking to link the user to it."""
+
+    ref: FileRef
+    user_id: int
+    object_key: str
+    sha256: str
+    ocr: bool = False
+
+
 def failed(reason: str) -> Decision:
     return Decision(Outcome.FAILED, reason)
 

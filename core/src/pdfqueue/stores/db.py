@@ -15,6 +15,7 @@ from pdfqueue.domain.models import (
     COUNTERS,
     BatchStatus,
     BatchSummary,
+    Claim,
     Decision,
     FileQuery,
     FileRef,
@@ -292,29 +293,46 @@ class Database:
                 stored[f["idx"]] = _decision(f)
         return stored
 
-    async def claim(
-        self, ref: FileRef, *, user_id: int, object_key: str, sha256: str, ocr: bool = False
-    ) -> Decision:
-        """Link the user to the object only if nobody has, and record the file: one statement.
+    async def claim(self, claims: Sequence[Claim]) -> dict[FileRef, Decision]:
+        """Link each user to its object only if nobody has, and record the files.
 
-        The user's row is locked first, so racing workers decide on its committed value:
-        one links, the others see that link (`duplicate` when it is the same content, else
-        `already_linked`). A retry after a crash finds its own earlier row and claims nothing.
+        One statement links a run of users at once: their rows are locked in id order (so
+        racing workers never deadlock) and, having waited for the locks, each is decided
+        on its latest committed value: one file links, the others see that link
+        (`duplicate` when it is the same content, else `already_linked`). A user claimed
+        twice in the run goes in a second statement, decided on the first's link. A retry
+        after a crash finds its own earlier rows and claims nothing.
         """
-        row = await self.pool.fetchrow(
-            _CLAIM.format(users=quote_ident(self.users_table), scope=self._batch_scope("$1")),
-            ref.batch_id,
-            ref.index,
-            ref.name,
-            user_id,
-            object_key,
-            sha256,
-            ocr,
-        )
-        if row is None:  # a second delivery committed this file's row after our snapshot
-            row = await self.pool.fetchrow(_READ_FILES, ref.batch_id, [ref.index])
-        outcome = Outcome(row["outcome"])
-        return Decision(outcome, row["reason"], user_id, sha256, stored=True, ocr=ocr)
+        stored: dict[FileRef, Decision] = {}
+        for run in _distinct_users(claims):
+            batch_id = run[0].ref.batch_id
+            found = await self.pool.fetch(
+                _CLAIM.format(users=quote_ident(self.users_table), scope=self._batch_scope("$1")),
+                batch_id,
+                [c.ref.index for c in run],
+                [c.ref.name for c in run],
+                [c.user_id for c in run],
+                [c.object_key for c in run],
+                [c.sha256 for c in run],
+                [c.ocr for c in run],
+            )
+            rows = {f["idx"]: f for f in found}
+            if missing := [c.ref.index for c in run if c.ref.index not in rows]:
+                # rows a second delivery committed after this statement's snapshot
+                rows.update(
+                    (f["idx"], f) for f in await self.pool.fetch(_READ_FILES, batch_id, missing)
+                )
+            for c in run:
+                row = rows[c.ref.index]
+                stored[c.ref] = Decision(
+                    Outcome(row["outcome"]),
+                    row["reason"],
+                    c.user_id,
+                    c.sha256,
+                    stored=True,
+                    ocr=c.ocr,
+                )
+        return stored
 
     async def begin_retry(self, batch_id: str, *, all_failed: bool) -> RetryRound:
         """The durable step of a retry round, in one transaction under the batch row's lock:
@@ -480,41 +498,67 @@ _READ_FILES = (
     "SELECT idx, outcome, reason FROM pdfqueue_files WHERE batch_id = $1 AND idx = ANY($2::int[])"
 )
 
-# $1 batch, $2 index, $3 name, $4 user id, $5 object key, $6 sha256, $7 ocr. `u` locks the user's
-# row and, having waited for it, reads its latest committed pdf_url; the file's row goes in first,
-# and only a row that went in (not a retry's second delivery) links the user.
+# $1 batch; per file: $2 index, $3 name, $4 user id, $5 object key, $6 sha256, $7 ocr (each user
+# once). `u` locks the users' rows in id order and, having waited for them, reads their latest
+# committed pdf_url; the files' rows go in first, and only a row that went in (not a retry's
+# second delivery) links its user. `u` is scoped to the batch's tenant, so `l` is too.
 _CLAIM = """
-WITH u AS (
-    SELECT pdf_url FROM {users} WHERE id = $4{scope} FOR UPDATE
+WITH c AS (
+    SELECT * FROM unnest(
+        $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bool[]
+    ) AS c (idx, name, user_id, object_key, sha256, ocr)
+), u AS (
+    SELECT id, pdf_url FROM {users}
+    WHERE id IN (SELECT user_id FROM c){scope} ORDER BY id FOR UPDATE
 ), d AS (
-    SELECT
-        CASE WHEN NOT EXISTS (SELECT 1 FROM u) THEN 'skipped_no_match'
-             WHEN (SELECT pdf_url FROM u) IS NULL THEN 'linked'
+    SELECT c.*,
+        CASE WHEN u.id IS NULL THEN 'skipped_no_match'
+             WHEN u.pdf_url IS NULL THEN 'linked'
              ELSE 'skipped_already_exists' END AS outcome,
-        CASE WHEN NOT EXISTS (SELECT 1 FROM u) THEN 'no_user'
-             WHEN (SELECT pdf_url FROM u) IS NULL THEN NULL
-             WHEN (SELECT pdf_url FROM u) = $5 THEN 'duplicate'
+        CASE WHEN u.id IS NULL THEN 'no_user'
+             WHEN u.pdf_url IS NULL THEN NULL
+             WHEN u.pdf_url = c.object_key THEN 'duplicate'
              ELSE 'already_linked' END AS reason
+    FROM c LEFT JOIN u ON u.id = c.user_id
 ), ins AS (
     INSERT INTO pdfqueue_files
         (batch_id, idx, name, outcome, reason, user_id, object_key, sha256, ocr)
-    SELECT $1, $2, $3, outcome, reason, $4, CASE WHEN outcome = 'linked' THEN $5 END, $6, $7
-    FROM d
+    SELECT $1, idx, name, outcome, reason, user_id,
+        CASE WHEN outcome = 'linked' THEN object_key END, sha256, ocr
+    FROM d ORDER BY idx
     ON CONFLICT (batch_id, idx) DO UPDATE SET outcome = EXCLUDED.outcome,
         reason = EXCLUDED.reason, user_id = EXCLUDED.user_id,
         object_key = EXCLUDED.object_key, sha256 = EXCLUDED.sha256, ocr = EXCLUDED.ocr,
         recorded_at = now()
     WHERE pdfqueue_files.outcome = 'retrying'
-    RETURNING outcome, reason
+    RETURNING idx, outcome, reason, user_id, object_key
 ), linked AS (
-    UPDATE {users} SET pdf_url = $5 WHERE id = $4{scope} AND EXISTS (
-        SELECT 1 FROM ins WHERE outcome = 'linked')
+    UPDATE {users} SET pdf_url = l.linked_key
+    FROM (SELECT user_id, object_key FROM ins WHERE outcome = 'linked')
+        AS l (linked_user, linked_key)
+    WHERE id = l.linked_user
 )
-SELECT outcome, reason FROM ins
+SELECT idx, outcome, reason FROM ins
 UNION ALL
-SELECT outcome, reason FROM pdfqueue_files
-WHERE batch_id = $1 AND idx = $2 AND NOT EXISTS (SELECT 1 FROM ins) AND outcome <> 'retrying'
+SELECT f.idx, f.outcome, f.reason FROM pdfqueue_files f
+WHERE f.batch_id = $1 AND f.idx IN (SELECT idx FROM c) AND f.idx NOT IN (SELECT idx FROM ins)
+    AND f.outcome <> 'retrying'
 """
+
+
+def _distinct_users(claims: Sequence[Claim]) -> list[list[Claim]]:
+    """The claims in runs that each name a user once, in order: the n-th claim of a user
+    goes in the n-th run."""
+    runs: list[list[Claim]] = []
+    seen: dict[int, int] = {}
+    for c in claims:
+        n = seen.get(c.user_id, 0)
+        seen[c.user_id] = n + 1
+        if n == len(runs):
+            runs.append([])
+        runs[n].append(c)
+    return runs
+
 
 _FILE_ORDER = {
     "index": "idx",
