@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import re
 from typing import Any
@@ -43,6 +44,20 @@ _ERROR_MESSAGE = re.compile(rb"<Message>([^<]{1,512})</Message>")
 def _backoff(attempt: int, *, throttled: bool) -> float:
     """botocore's standard backoff: full jitter, from 50 ms (1 s when throttled), doubling."""
     return random.random() * min((1.0 if throttled else 0.05) * 2.0 ** (attempt - 1), 20.0)  # noqa: S311
+
+
+class BodySigV4(S3SigV4Auth):
+    """botocore's S3 signer, hashing the body it is given: the stock `payload` reads
+    `request.body`, which prepares the whole request again (a twentieth of a worker's
+    event loop). The signature is the same: over http and https alike the payload's
+    SHA-256 is signed."""
+
+    def __init__(self, credentials: Any, region: str, body: bytes) -> None:
+        super().__init__(credentials, "s3", region)
+        self.body = body
+
+    def payload(self, request: AWSRequest) -> str:
+        return hashlib.sha256(self.body).hexdigest()
 
 
 class AsyncS3:
@@ -119,8 +134,8 @@ class AsyncS3:
         if credentials is None:
             raise StorageError(f"S3 unreachable: {NoCredentialsError()}")
         request = AWSRequest(method=method, url=url, data=body, headers=headers)
-        auth = S3SigV4Auth(credentials.get_frozen_credentials(), "s3", self.client.meta.region_name)
-        auth.add_auth(request)  # over http and https alike the payload's SHA-256 is signed
+        frozen = credentials.get_frozen_credentials()
+        BodySigV4(frozen, self.client.meta.region_name, body).add_auth(request)
         return dict(request.headers.items())
 
     async def _request(
