@@ -4,6 +4,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 STATE ?= $(CURDIR)/.state
 DEMO_STATE ?= $(CURDIR)/.pdfqueue/services
+# The demo's own ports, so that it never shares a server with `make test` or `make services`
+DEMO_PORTS ?= PDFQUEUE_REDIS_PORT=16479 PDFQUEUE_PG_PORT=15532
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 # `make deps` may install uv with `pip --user`, into a folder that is not on a fresh machine's
 # PATH: put uv's folder on PATH here, so every recipe and every test finds it by name.
@@ -53,7 +55,8 @@ lint: deps
 	$(UV) run lint-imports
 
 demo: deps
-	bash tools/services.sh start $(DEMO_STATE) --no-s3
+	export $(DEMO_PORTS); \
+	bash tools/services.sh start $(DEMO_STATE) --no-s3; \
 	eval "$$(bash tools/services.sh env $(DEMO_STATE))"; \
 	export PDFQUEUE_STORAGE_URL=file://$(CURDIR)/.pdfqueue/storage; \
 	$(UV) run pdfqueue demo $(DEMO_ARGS)
@@ -63,4 +66,5 @@ bench: deps tools
 	eval "$$(bash tools/services.sh env $(STATE))"; $(UV) run python -m bench.run
 
 clean: services-stop
+	bash tools/services.sh stop $(DEMO_STATE)
 	rm -rf .state .pdfqueue

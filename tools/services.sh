@@ -69,6 +69,14 @@ wait_for() {
 # shellcheck source=tools/lib.sh
 . "$HERE/lib.sh"
 
+# not_ours NAME PORT: a server answers on PORT, but not one this script started for DIR. Using
+# it would run the suite (or the demo) on another checkout's data, so say so and stop.
+not_ours() {
+  die "$1: 127.0.0.1:$2 already answers, but not from a server started for $DIR (another
+checkout's, or \`make demo\`'s?). Stop it, or choose other ports for this one:
+PDFQUEUE_REDIS_PORT, PDFQUEUE_PG_PORT, PDFQUEUE_S3_PORT."
+}
+
 # ---------------------------------------------------------------------------
 redis_ping() { [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
 
@@ -76,6 +84,7 @@ redis_start() {
   command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 ||
     apt_install redis-server redis-tools
   if redis_ping; then
+    pid_alive "$DIR/redis.pid" || not_ours redis "$REDIS_PORT"
     say "redis already answering on 127.0.0.1:$REDIS_PORT"
     return 0
   fi
@@ -128,6 +137,14 @@ pg_datadir() {
   fi
 }
 
+# pg_ours: the postmaster of DIR's cluster is running.
+pg_ours() {
+  local pidfile
+  [ -e "$DIR/pg" ] || return 1
+  pidfile="$(readlink -f "$DIR/pg")/postmaster.pid"
+  [ -f "$pidfile" ] && proc_alive "$(head -n 1 "$pidfile")"
+}
+
 pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -t 2; }
 
 psql_admin() {
@@ -139,6 +156,7 @@ pg_start() {
   [ -x "$PG_BIN/postgres" ] || die "no PostgreSQL 15 binaries in $PG_BIN"
   pg_setup_user
   if pg_ready; then
+    pg_ours || not_ours postgres "$PG_PORT"
     say "postgres already answering on 127.0.0.1:$PG_PORT"
   else
     local data
@@ -215,10 +233,7 @@ s3_start() {
     say "versitygw already answering on 127.0.0.1:$S3_PORT"
     return 0
   fi
-  if s3_http; then
-    say "something already answers HTTP on 127.0.0.1:$S3_PORT; assuming it is versitygw"
-    return 0
-  fi
+  s3_http && not_ours versitygw "$S3_PORT"
   mkdir -p "$DIR/s3"
   # setsid: detach from the caller's process group so it survives the shell.
   # --keep-alive: versitygw closes every connection after one response unless told otherwise,

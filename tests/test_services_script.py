@@ -1,0 +1,78 @@
+"""`tools/services.sh` takes as its own only a server it started for its folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pdfqueue_dev.processes import free_port, wait_until
+from tests.support.faults import SERVICES
+
+pytestmark = pytest.mark.skipif(
+    not shutil.which("redis-server"), reason="tools/services.sh installs redis"
+)
+
+
+def services(command: str, state: Path, port: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SERVICES), command, str(state), "--only", "redis"],
+        env={**os.environ, "PDFQUEUE_REDIS_PORT": str(port)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def answers(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_server_it_did_not_start_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """Another checkout's server on the port would have run this one's suite on its data."""
+    port = free_port()
+    foreign = subprocess.Popen(
+        [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--dir",
+            tmp_path,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: answers(port), "the other redis")
+        state = tmp_path / "state"
+        refused = services("start", state, port)
+        assert refused.returncode == 1
+        assert f"127.0.0.1:{port} already answers, but not from a server started for {state}" in (
+            refused.stderr
+        )
+        assert not (state / "redis.pid").exists()
+        assert foreign.poll() is None
+    finally:
+        foreign.terminate()
+        foreign.wait(timeout=30)
+
+
+def test_its_own_server_is_taken_again(tmp_path: Path) -> None:
+    port, state = free_port(), tmp_path / "state"
+    try:
+        assert services("start", state, port).returncode == 0
+        again = services("start", state, port)
+        assert again.returncode == 0
+        assert f"redis already answering on 127.0.0.1:{port}" in again.stderr
+    finally:
+        services("stop", state, port)
+    assert not answers(port)
