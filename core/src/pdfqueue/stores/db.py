@@ -271,8 +271,7 @@ class Database:
     ) -> dict[int, Decision]:
         """Store each file's outcome once, in one statement; returns what is stored for each.
 
-        A retry gets back what the first try stored. A row that a concurrent delivery
-        committed after this statement's snapshot is read again, in a second statement.
+        A retry gets back what the first try stored (`_with_earlier`).
         """
         if not rows:
             return {}
@@ -287,11 +286,20 @@ class Database:
             [d.sha256 for d in rows.values()],
             [d.ocr for d in rows.values()],
         )
-        stored = {f["idx"]: _decision(f) for f in found}
-        if missing := [ref.index for ref in rows if ref.index not in stored]:
-            for f in await self.pool.fetch(_READ_FILES, batch_id, missing):
-                stored[f["idx"]] = _decision(f)
-        return stored
+        stored = await self._with_earlier(batch_id, found, [ref.index for ref in rows])
+        return {idx: _decision(row) for idx, row in stored.items()}
+
+    async def _with_earlier(
+        self, batch_id: str, found: list[Any], indexes: Sequence[int]
+    ) -> dict[int, Any]:
+        """The rows a statement wrote (`found`), and the rows of the other `indexes` that were
+        there already (an earlier try's or a concurrent delivery's), read in a second statement."""
+        rows = {f["idx"]: f for f in found}
+        if missing := [i for i in indexes if i not in rows]:
+            rows.update(
+                (f["idx"], f) for f in await self.pool.fetch(_READ_FILES, batch_id, missing)
+            )
+        return rows
 
     async def claim(self, claims: Sequence[Claim]) -> dict[FileRef, Decision]:
         """Link each user to its object only if nobody has, and record the files.
@@ -316,12 +324,7 @@ class Database:
                 [c.sha256 for c in run],
                 [c.ocr for c in run],
             )
-            rows = {f["idx"]: f for f in found}
-            if missing := [c.ref.index for c in run if c.ref.index not in rows]:
-                # rows a second delivery committed after this statement's snapshot
-                rows.update(
-                    (f["idx"], f) for f in await self.pool.fetch(_READ_FILES, batch_id, missing)
-                )
+            rows = await self._with_earlier(batch_id, found, [c.ref.index for c in run])
             for c in run:
                 row = rows[c.ref.index]
                 stored[c.ref] = Decision(
@@ -478,13 +481,11 @@ WITH r AS (
     RETURNING idx, outcome, reason
 )
 SELECT idx, outcome, reason FROM ins
-UNION ALL
-SELECT f.idx, f.outcome, f.reason FROM pdfqueue_files f
-WHERE f.batch_id = $1 AND f.idx IN (SELECT idx FROM r) AND f.idx NOT IN (SELECT idx FROM ins)
-    AND f.outcome <> 'retrying'
 """
 """A file's row goes in once, or replaces the row of a file a retry re-runs (`retrying`,
-0005); a row a concurrent delivery wrote after this snapshot is left for a second read."""
+0005). The rows that were there already are read in a second statement: reading them here,
+by the statement's files, let the planner scan every row of the batch when its statistics
+predated the batch (an index-only scan of `pdfqueue_files_by_outcome`)."""
 
 # The predicate is the one of index pdfqueue_batches_active (0002), word for word.
 _ACTIVE_BATCHES = """
@@ -501,7 +502,8 @@ _READ_FILES = (
 # $1 batch; per file: $2 index, $3 name, $4 user id, $5 object key, $6 sha256, $7 ocr (each user
 # once). `u` locks the users' rows in id order and, having waited for them, reads their latest
 # committed pdf_url; the files' rows go in first, and only a row that went in (not a retry's
-# second delivery) links its user. `u` is scoped to the batch's tenant, so `l` is too.
+# second delivery, whose rows are read by `_with_earlier`) links its user. `u` is scoped to the
+# batch's tenant, so `l` is too.
 _CLAIM = """
 WITH c AS (
     SELECT * FROM unnest(
@@ -539,10 +541,6 @@ WITH c AS (
     WHERE id = l.linked_user
 )
 SELECT idx, outcome, reason FROM ins
-UNION ALL
-SELECT f.idx, f.outcome, f.reason FROM pdfqueue_files f
-WHERE f.batch_id = $1 AND f.idx IN (SELECT idx FROM c) AND f.idx NOT IN (SELECT idx FROM ins)
-    AND f.outcome <> 'retrying'
 """
 
 
