@@ -22,7 +22,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from redis.asyncio import Redis as AsyncRedis
 from bench import stores
 from bench.pipeline import Bench
 from bench.procs import Sampler
+from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
@@ -45,7 +45,6 @@ from pdfqueue_worker.candidates import Candidate, Source
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extraction
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TENANT = "load"
 STUB = b"%PDF-1.4 stub for user "
 PROCESSES = 4
@@ -343,7 +342,7 @@ def _max_workers(dsn: str, settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     run_id = f"l{stamp.lower()}"
     bench = Bench.from_environ(run_id, Path("/tmp") / f"pdfqueue-load-{stamp}")
     settings = _configure(run_id)
@@ -370,10 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         "host": {"cores": os.cpu_count(), "load": os.getloadavg()},
     }
     out |= {"options": vars(args), "levels": rows}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"load-{stamp}.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"results: {path}")
+    save(f"load-{stamp}", out)
     return 0
 
 

@@ -20,7 +20,6 @@ import platform
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,10 @@ from redis import Redis
 from bench import corpus, readdressed, stores
 from bench.pipeline import TERMINAL, Bench, Deployment, _metrics, _stage_means, arq_timings
 from bench.procs import MB, Sampler
+from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue_dev.samples import Corpus
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CORPORA = ("sparse", "typical", "long")
 COMPARED = (
     "seconds_per_1000",
@@ -288,7 +287,7 @@ def run_size(bench: Bench, args: argparse.Namespace, n: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     bench = Bench.from_environ(f"m{stamp.lower()}", corpus.CACHE / f"logs-mission-{stamp}")
     print(f"mission {stamp}: logs in {bench.log_dir}", flush=True)
     asyncio.run(bench.prepare())
@@ -307,11 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": rows,
         "growth_largest_over_smallest": compare(rows),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"mission-{stamp}.json"
-    path.write_text(json.dumps(out, indent=2, default=str))
     print(f"growth per PDF, largest/smallest batch: {out['growth_largest_over_smallest']}")
-    print(f"results: {path}")
+    save(f"mission-{stamp}", out)
     return 0
 
 

@@ -17,8 +17,6 @@ import json
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -26,9 +24,9 @@ import asyncpg
 from bench import corpus
 from bench.pipeline import Bench, Deployment
 from bench.procs import MB, Sampler
+from bench.report import save, utc_stamp
 from pdfqueue.domain.models import BatchStatus
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TENANT = "bench"
 """The bench's token belongs to this tenant (see bench.pipeline)."""
 
@@ -105,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="5000,50000,200000", help="files per batch")
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     bench = Bench.from_environ(f"r{stamp.lower()}", corpus.CACHE / f"logs-report-{stamp}")
     asyncio.run(bench.prepare())
     rows = []
@@ -119,10 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {json.dumps(rows[-1])}", flush=True)
     finally:
         asyncio.run(bench.cleanup())
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"report-rss-{stamp}.json"
-    path.write_text(json.dumps({"started": stamp, "runs": rows}, indent=2))
-    print(f"results: {path}")
+    save(f"report-rss-{stamp}", {"started": stamp, "runs": rows})
     return 0
 
 
