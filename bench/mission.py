@@ -26,10 +26,11 @@ from typing import Any
 from redis import Redis
 
 from bench import corpus, readdressed, stores
-from bench.pipeline import TERMINAL, Bench, Deployment, _metrics, _stage_means, arq_timings
+from bench.pipeline import Bench, Deployment, _metrics, _stage_means, arq_timings
 from bench.procs import MB, Sampler
 from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
+from pdfqueue.domain.models import TERMINAL
 from pdfqueue_dev.samples import Corpus
 
 CORPORA = ("sparse", "typical", "long")
