@@ -255,27 +255,30 @@ def render_pdf(f: SampleFile, *, seed: int) -> bytes:
     return data
 
 
+def member_info(name: str) -> zipfile.ZipInfo:
+    """A deflated, world-readable file member with a fixed date: the same bytes every time."""
+    info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    return info
+
+
 def write_zip(corpus: Corpus, path: Path, *, seed: int = 0, junk: bool = True) -> Path:
     """Write the corpus as a ZIP, rendering and adding one PDF at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
-
-    def info(name: str) -> zipfile.ZipInfo:
-        zi = zipfile.ZipInfo(name, date_time=ZIP_DATE)
-        zi.compress_type = zipfile.ZIP_DEFLATED
-        zi.external_attr = 0o644 << 16
-        return zi
-
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         if junk:
             d = zipfile.ZipInfo(JUNK_MEMBERS[0], date_time=ZIP_DATE)
             d.CRC = d.compress_size = d.file_size = 0  # ZipFile.mkdir(ZipInfo) leaves them unset
             d.external_attr = (0o40755 << 16) | 0x10
             zf.mkdir(d)
-            zf.writestr(info(JUNK_MEMBERS[1]), "Batch of sample resumes. Not a PDF.\n")
+            zf.writestr(member_info(JUNK_MEMBERS[1]), "Batch of sample resumes. Not a PDF.\n")
         for f in corpus.files:
-            zf.writestr(info(f.name), render_pdf(f, seed=seed))
+            zf.writestr(member_info(f.name), render_pdf(f, seed=seed))
         if junk:
-            zf.writestr(info(JUNK_MEMBERS[2]), b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
+            zf.writestr(
+                member_info(JUNK_MEMBERS[2]), b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        "
+            )
     return path
 
 
