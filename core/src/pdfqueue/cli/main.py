@@ -18,6 +18,7 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
+    ProgressColumn,
     TaskProgressColumn,
     TextColumn,
     TimeRemainingColumn,
@@ -231,7 +232,7 @@ def _upload(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         created = client.upload(args.file)
     else:
-        with _upload_bar() as bar:
+        with _bar(DownloadColumn(), TransferSpeedColumn()) as bar:
             task = bar.add_task("uploading", total=args.file.stat().st_size)
             created = client.upload(args.file, lambda n: bar.advance(task, n))
         console.print(f"batch [bold]{created['batch_id']}[/bold] accepted", highlight=False)
@@ -335,27 +336,15 @@ def batch_exit_code(status: dict[str, Any]) -> int:
     return EXIT_FILES_FAILED if status.get("failed") else EXIT_OK
 
 
-def _bar(*, disable: bool) -> Progress:
+def _bar(*columns: ProgressColumn, disable: bool = False) -> Progress:
+    """A progress bar on stderr: the task's description, the bar, `columns`, the time left."""
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TextColumn("{task.fields[counts]}"),
+        *columns,
         TimeRemainingColumn(),
         console=console,
         disable=disable,
-    )
-
-
-def _upload_bar() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
     )
 
 
@@ -366,7 +355,9 @@ def counts_text(status: dict[str, Any]) -> str:
 def follow(client: Client, batch_id: str, *, quiet: bool = False, poll_s: float = 0.5) -> Any:
     """Follow the batch until it ends (its event stream; polling when streams keep failing),
     with a bar of processed files and counts by outcome unless `quiet`."""
-    with _bar(disable=quiet) as bar:
+    done = TextColumn("{task.completed}/{task.total}")
+    counts = TextColumn("{task.fields[counts]}")
+    with _bar(TaskProgressColumn(), done, counts, disable=quiet) as bar:
         task = bar.add_task("processing", total=None, counts="")
 
         def show(status: dict[str, Any]) -> None:
