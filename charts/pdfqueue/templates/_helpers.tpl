@@ -248,6 +248,19 @@ Call with (dict "probe" .Values.api.livenessProbe "handler" (dict "httpGet" ...)
 {{- end }}
 
 {{/*
+A pod's nodeSelector, affinity and tolerations from a component's values, each only when set.
+Call with .Values.<component>.
+*/}}
+{{- define "pdfqueue.scheduling" -}}
+{{- range $key := list "nodeSelector" "affinity" "tolerations" }}
+{{- with get $ $key }}
+{{ $key }}:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 The worker's terminationGracePeriodSeconds: the value, or (when 0) jobCompletionWaitSeconds
 plus shutdownMarginSeconds. pdfqueue.validateShutdown checks it against the shutdown rule.
 */}}
