@@ -240,11 +240,36 @@ config.extraEnv, so those win). Call with (dict "ctx" $ "component" "api").
 {{- end }}
 
 {{/*
-A container probe from values: the chart's handler, the timings of .probe (minus enabled).
-Call with (dict "probe" .Values.api.livenessProbe "handler" (dict "httpGet" ...)).
+A container's probe .name (livenessProbe, readinessProbe) when the component's .values enable
+it: the chart's .handler and the timings of the values, at a container's indent.
+Call with (dict "name" "livenessProbe" "values" .Values.api "handler" (dict "httpGet" ...)).
 */}}
 {{- define "pdfqueue.probe" -}}
-{{- toYaml (merge (omit .probe "enabled") .handler) }}
+{{- $probe := index .values .name }}
+{{- if $probe.enabled }}
+{{- printf "%s:" .name | nindent 10 }}
+{{- toYaml (merge (omit $probe "enabled") .handler) | nindent 12 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The `data` volume claim of a bundled service's StatefulSet, as its persistence values say.
+Call with the component's $ctx (dict "ctx" . "component" "redis").
+*/}}
+{{- define "pdfqueue.dataVolumeClaim" -}}
+{{- $persistence := (index .ctx.Values .component).persistence -}}
+- metadata:
+    name: data
+    labels:
+      {{- include "pdfqueue.selectorLabels" . | nindent 6 }}
+  spec:
+    accessModes: [ReadWriteOnce]
+    {{- with $persistence.storageClass }}
+    storageClassName: {{ . | quote }}
+    {{- end }}
+    resources:
+      requests:
+        storage: {{ $persistence.size }}
 {{- end }}
 
 {{/*
