@@ -253,6 +253,24 @@ Call with (dict "name" "livenessProbe" "values" .Values.api "handler" (dict "htt
 {{- end }}
 
 {{/*
+A component's pod metadata: its labels and podLabels; the config checksum (a change of
+configuration rolls the pods) and its podAnnotations. Call with the component's $ctx.
+*/}}
+{{- define "pdfqueue.podMetadata" -}}
+{{- $values := index .ctx.Values .component -}}
+labels:
+  {{- include "pdfqueue.labels" . | nindent 2 }}
+  {{- with $values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+annotations:
+  checksum/config: {{ include "pdfqueue.configChecksum" . }}
+  {{- with $values.podAnnotations }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{/*
 The `data` volume claim of a bundled service's StatefulSet, as its persistence values say.
 Call with the component's $ctx (dict "ctx" . "component" "redis").
 */}}
