@@ -271,6 +271,31 @@ annotations:
 {{- end }}
 
 {{/*
+A bundled service's headless Service: the StatefulSet's governing Service, and the clients'
+address (one pod). Call with (dict "ctx" $ "component" "redis" "port" 6379); the container
+port is named after the component.
+*/}}
+{{- define "pdfqueue.bundledService" -}}
+{{- $ctx := dict "ctx" .ctx "component" .component }}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "pdfqueue.componentName" $ctx }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "pdfqueue.labels" $ctx | nindent 4 }}
+spec:
+  clusterIP: None
+  selector:
+    {{- include "pdfqueue.selectorLabels" $ctx | nindent 4 }}
+  ports:
+    - name: {{ .component }}
+      port: {{ .port }}
+      targetPort: {{ .component }}
+      protocol: TCP
+{{- end }}
+
+{{/*
 The `data` volume claim of a bundled service's StatefulSet, as its persistence values say.
 Call with the component's $ctx (dict "ctx" . "component" "redis").
 */}}
