@@ -271,16 +271,41 @@ annotations:
 {{- end }}
 
 {{/*
-A bundled service's headless Service: the StatefulSet's governing Service, and the clients'
-address (one pod). Call with (dict "ctx" $ "component" "redis" "port" 6379); the container
-port is named after the component.
+A component's ServiceAccount, with serviceAccount.annotations. With .automount false, pods
+get no token unless they ask for one. Call with (dict "ctx" $ "component" "api" "automount" false).
 */}}
-{{- define "pdfqueue.bundledService" -}}
+{{- define "pdfqueue.serviceAccount" -}}
 {{- $ctx := dict "ctx" .ctx "component" .component }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "pdfqueue.serviceAccountName" $ctx }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "pdfqueue.labels" $ctx | nindent 4 }}
+  {{- with .ctx.Values.serviceAccount.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- if hasKey . "automount" }}
+automountServiceAccountToken: {{ .automount }}
+{{- end }}
+{{- end }}
+
+{{/*
+A component's headless Service for one named container port: a bundled service's (the
+StatefulSet's governing Service, and the clients' address) or a /metrics port's (for the
+ServiceMonitor to find each pod). Call with
+(dict "ctx" $ "component" "worker" "port" 9100 "portName" "metrics" "suffix" "-metrics");
+portName defaults to the component, suffix to none.
+*/}}
+{{- define "pdfqueue.headlessService" -}}
+{{- $ctx := dict "ctx" .ctx "component" .component }}
+{{- $portName := .portName | default .component }}
 apiVersion: v1
 kind: Service
 metadata:
-  name: {{ include "pdfqueue.componentName" $ctx }}
+  name: {{ include "pdfqueue.componentName" $ctx }}{{ .suffix }}
   namespace: {{ .ctx.Release.Namespace }}
   labels:
     {{- include "pdfqueue.labels" $ctx | nindent 4 }}
@@ -289,9 +314,9 @@ spec:
   selector:
     {{- include "pdfqueue.selectorLabels" $ctx | nindent 4 }}
   ports:
-    - name: {{ .component }}
+    - name: {{ $portName }}
       port: {{ .port }}
-      targetPort: {{ .component }}
+      targetPort: {{ $portName }}
       protocol: TCP
 {{- end }}
 
