@@ -271,6 +271,28 @@ annotations:
 {{- end }}
 
 {{/*
+The RoleBinding of a component's Role (of the same name) to its ServiceAccount, in the
+release's namespace. Call with the component's $ctx.
+*/}}
+{{- define "pdfqueue.roleBinding" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ include "pdfqueue.componentName" . }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "pdfqueue.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ include "pdfqueue.componentName" . }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "pdfqueue.serviceAccountName" . }}
+    namespace: {{ .ctx.Release.Namespace }}
+{{- end }}
+
+{{/*
 A component's ServiceAccount, with serviceAccount.annotations. With .automount false, pods
 get no token unless they ask for one. Call with (dict "ctx" $ "component" "api" "automount" false).
 */}}
