@@ -253,6 +253,17 @@ Call with (dict "name" "livenessProbe" "values" .Values.api "handler" (dict "htt
 {{- end }}
 
 {{/*
+The name, namespace and labels of a component's object, under `metadata:`: every namespaced
+object of the chart has all three. Call with the component's $ctx.
+*/}}
+{{- define "pdfqueue.metadata" -}}
+name: {{ include "pdfqueue.componentName" . }}
+namespace: {{ .ctx.Release.Namespace }}
+labels:
+  {{- include "pdfqueue.labels" . | nindent 2 }}
+{{- end }}
+
+{{/*
 A component's pod metadata: its labels and podLabels; the config checksum (a change of
 configuration rolls the pods) and its podAnnotations. Call with the component's $ctx.
 */}}
@@ -278,10 +289,7 @@ release's namespace. Call with the component's $ctx.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
-  name: {{ include "pdfqueue.componentName" . }}
-  namespace: {{ .ctx.Release.Namespace }}
-  labels:
-    {{- include "pdfqueue.labels" . | nindent 4 }}
+  {{- include "pdfqueue.metadata" . | nindent 2 }}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: Role
