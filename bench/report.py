@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pdfqueue.observability.metrics import STAGES
+
 GOODPUT_TARGET = 3.0
 """pdfqueue must link at least three times as many PDFs per second as the seed peer."""
 CPU_TARGET_MS = 4.0
 """CPU per linked PDF, summed over every process, on the typical corpus."""
-STAGES = ("read", "extract", "match", "store", "claim", "record")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

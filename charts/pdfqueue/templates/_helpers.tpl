@@ -282,6 +282,23 @@ annotations:
 {{- end }}
 
 {{/*
+A bundled service's Secret with its one password (generated unless given, kept on upgrade),
+under its existingSecretKey. Call with (dict "ctx" $ "component" "redis").
+*/}}
+{{- define "pdfqueue.passwordSecret" -}}
+{{- $values := index .ctx.Values .component }}
+{{- $name := include "pdfqueue.componentName" . }}
+{{- $password := dict "ctx" .ctx "secret" $name "key" $values.existingSecretKey "value" $values.password }}
+apiVersion: v1
+kind: Secret
+metadata:
+  {{- include "pdfqueue.metadata" . | nindent 2 }}
+type: Opaque
+data:
+  {{ $values.existingSecretKey }}: {{ include "pdfqueue.secretValue" $password | b64enc | quote }}
+{{- end }}
+
+{{/*
 The RoleBinding of a component's Role (of the same name) to its ServiceAccount, in the
 release's namespace. Call with the component's $ctx.
 */}}
