@@ -254,10 +254,11 @@ Call with (dict "name" "livenessProbe" "values" .Values.api "handler" (dict "htt
 
 {{/*
 The name, namespace and labels of a component's object, under `metadata:`: every namespaced
-object of the chart has all three. Call with the component's $ctx.
+object of the chart has all three. Call with the component's $ctx; a "suffix" in it ends the
+object's name.
 */}}
 {{- define "pdfqueue.metadata" -}}
-name: {{ include "pdfqueue.componentName" . }}
+name: {{ include "pdfqueue.componentName" . }}{{ .suffix | default "" }}
 namespace: {{ .ctx.Release.Namespace }}
 labels:
   {{- include "pdfqueue.labels" . | nindent 2 }}
@@ -347,15 +348,12 @@ ServiceMonitor to find each pod). Call with
 portName defaults to the component, suffix to none.
 */}}
 {{- define "pdfqueue.headlessService" -}}
-{{- $ctx := dict "ctx" .ctx "component" .component }}
+{{- $ctx := dict "ctx" .ctx "component" .component "suffix" .suffix }}
 {{- $portName := .portName | default .component }}
 apiVersion: v1
 kind: Service
 metadata:
-  name: {{ include "pdfqueue.componentName" $ctx }}{{ .suffix }}
-  namespace: {{ .ctx.Release.Namespace }}
-  labels:
-    {{- include "pdfqueue.labels" $ctx | nindent 4 }}
+  {{- include "pdfqueue.metadata" $ctx | nindent 2 }}
 spec:
   clusterIP: None
   selector:
