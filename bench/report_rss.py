@@ -77,13 +77,14 @@ def stream(dep: Deployment, batch_id: str, fmt: str) -> dict[str, Any]:
     sampler.watch("api", dep.api.main_pid)
     before = sampler.current_rss("api")
     sampler.start()
-    started, size = time.perf_counter(), 0
+    started, size, lines = time.perf_counter(), 0, 0
     try:
         url = f"/v1/batches/{batch_id}/files"
         with dep.client.http.stream("GET", url, params={"format": fmt}) as response:
             response.raise_for_status()
             for chunk in response.iter_bytes():
                 size += len(chunk)
+                lines += chunk.count(b"\n")
     finally:
         sampler.stop()
     api = sampler.report()["groups"]["api"]
@@ -91,6 +92,7 @@ def stream(dep: Deployment, batch_id: str, fmt: str) -> dict[str, Any]:
         "format": fmt,
         "seconds": round(time.perf_counter() - started, 2),
         "bytes": size,
+        "rows": lines - 1 if fmt == "csv" else None,  # a CSV line per file, after the header
         "api_rss_before_mb": round(before / MB, 1),
         "api_peak_rss_mb": api["peak_rss_mb"],
         "api_added_mb": round(api["peak_rss_mb"] - before / MB, 1),
