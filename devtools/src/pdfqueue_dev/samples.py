@@ -266,19 +266,18 @@ def member_info(name: str) -> zipfile.ZipInfo:
 def write_zip(corpus: Corpus, path: Path, *, seed: int = 0, junk: bool = True) -> Path:
     """Write the corpus as a ZIP, rendering and adding one PDF at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    info = member_info
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         if junk:
             d = zipfile.ZipInfo(JUNK_MEMBERS[0], date_time=ZIP_DATE)
             d.CRC = d.compress_size = d.file_size = 0  # ZipFile.mkdir(ZipInfo) leaves them unset
             d.external_attr = (0o40755 << 16) | 0x10
             zf.mkdir(d)
-            zf.writestr(member_info(JUNK_MEMBERS[1]), "Batch of sample resumes. Not a PDF.\n")
+            zf.writestr(info(JUNK_MEMBERS[1]), "Batch of sample resumes. Not a PDF.\n")
         for f in corpus.files:
-            zf.writestr(member_info(f.name), render_pdf(f, seed=seed))
+            zf.writestr(info(f.name), render_pdf(f, seed=seed))
         if junk:
-            zf.writestr(
-                member_info(JUNK_MEMBERS[2]), b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        "
-            )
+            zf.writestr(info(JUNK_MEMBERS[2]), b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
     return path
 
 
