@@ -17,10 +17,10 @@ import asyncpg
 from bench.documents import Density, render
 from pdfqueue_dev.samples import (
     CLEAN,
-    ZIP_DATE,
     Corpus,
     SampleFile,
     build_corpus,
+    member_info,
     render_pdf,
     seed_users,
     write_zip,
@@ -68,10 +68,7 @@ def _write_dense_zip(planned: Corpus, path: Path, seed: int, density: Density) -
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for f in planned.files:
-            info = zipfile.ZipInfo(f.name, date_time=ZIP_DATE)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, render(f, density, seed))
+            zf.writestr(member_info(f.name), render(f, density, seed))
 
 
 async def reseed(database_url: str, schema: str, planned: Corpus) -> None:

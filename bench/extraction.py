@@ -9,17 +9,15 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from bench.labelled import Labelled, User, cached
+from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.db import UserRow
 from pdfqueue_worker.extract import Ocr, Result, read_pdf
 from pdfqueue_worker.matching import Verdict, choose
 
-RESULTS = Path(__file__).resolve().parent / "results"
 NOISY = {"scan_300_noisy", "scan_150_noisy"}
 
 
@@ -103,11 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     report["cpus"] = os.cpu_count()
     report["files"] = len(files)
     print(json.dumps(report, indent=2))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"extraction-{stamp}.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(f"results: {path}")
+    save(f"extraction-{utc_stamp()}", report)
     return 0
 
 

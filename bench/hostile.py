@@ -20,16 +20,14 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pebble import ProcessExpired
 
+from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import Settings
 from pdfqueue_worker.extract import ENGINES, Extraction, Extractor, death_reason
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def probe(
@@ -134,9 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(diff)} files differ in outcome or addresses")
     for name, d in list(diff.items())[:40]:
         print(f"  {name}: {d}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"hostile-{stamp}.json"
     settings_used = {
         "extract_timeout_s": settings.extract_timeout_s,
         "extract_memory_bytes": settings.extract_memory_bytes,
@@ -144,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "processes": args.processes,
     }
     out = {"files": len(files), "settings": settings_used, "summary": summaries, "differ": diff}
-    path.write_text(json.dumps(out, indent=2))
-    print(f"results: {path}")
+    save(f"hostile-{utc_stamp()}", out)
     return 0
 
 

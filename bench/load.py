@@ -22,30 +22,29 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from bench import stores
 from bench.pipeline import Bench
 from bench.procs import Sampler
+from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.stores.db import Database, connect
 from pdfqueue.stores.queue import Job, enqueue_chunked
 from pdfqueue.stores.state import utcnow
+from pdfqueue_dev.processes import wait_until
 from pdfqueue_worker.app import build_worker
 from pdfqueue_worker.candidates import Candidate, Source
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extraction
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TENANT = "load"
 STUB = b"%PDF-1.4 stub for user "
 PROCESSES = 4
@@ -218,15 +217,6 @@ def _pid_of(process: BaseProcess) -> Callable[[], int | None]:
     return lambda: process.pid
 
 
-def _wait(r: Redis, check: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check(r):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} not within {timeout_s:.0f}s")
-
-
 def run_level(bench: Bench, settings: Settings, workers: int, args: argparse.Namespace) -> Any:
     """Start `workers` simulated workers, run one batch of `args.jobs` jobs through them."""
     level = len(bench.batches)
@@ -234,12 +224,13 @@ def run_level(bench: Bench, settings: Settings, workers: int, args: argparse.Nam
     spread = [workers // PROCESSES + (i < workers % PROCESSES) for i in range(PROCESSES)]
     ctx = multiprocessing.get_context("spawn")
     children = [ctx.Process(target=child_main, args=(n, ready_key, stop_key)) for n in spread if n]
-    r = bench.redis()
+    r: Any = bench.redis()  # redis-py types its sync replies as maybe awaitable
     r.delete(stop_key)
     for c in children:
         c.start()
     try:
-        _wait(r, lambda r: int(r.get(ready_key) or 0) >= len(children), 120, "workers ready")
+        ready = lambda: int(r.get(ready_key) or 0) >= len(children)  # noqa: E731
+        wait_until(ready, "workers ready", 120, interval_s=0.05)
         stores.settle_stats()
         before = stores.snapshot(r, bench.database_url)  # idle workers poll Redis only
         sampler = Sampler(0.5, services=bench.services)
@@ -250,8 +241,8 @@ def run_level(bench: Bench, settings: Settings, workers: int, args: argparse.Nam
         first_user = 1 + level * args.jobs * settings.pdfs_per_job
         batch_id = asyncio.run(_open_batch(settings, first_user, args.jobs, settings.pdfs_per_job))
         bench.batches.append(batch_id)
-        done = lambda r: r.hget(keys.batch(batch_id), "status") == b"COMPLETED"  # noqa: E731
-        _wait(r, done, args.timeout_s, f"batch at {workers} workers")
+        done = lambda: r.hget(keys.batch(batch_id), "status") == b"COMPLETED"  # noqa: E731
+        wait_until(done, f"batch at {workers} workers", args.timeout_s, interval_s=0.05)
         seconds = time.monotonic() - started
         sampler.stop()
         after = {"redis": stores.redis_counters(r)}  # before the idle polls that follow
@@ -343,7 +334,7 @@ def _max_workers(dsn: str, settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     run_id = f"l{stamp.lower()}"
     bench = Bench.from_environ(run_id, Path("/tmp") / f"pdfqueue-load-{stamp}")
     settings = _configure(run_id)
@@ -370,10 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         "host": {"cores": os.cpu_count(), "load": os.getloadavg()},
     }
     out |= {"options": vars(args), "levels": rows}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"load-{stamp}.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"results: {path}")
+    save(f"load-{stamp}", out)
     return 0
 
 

@@ -20,19 +20,20 @@ import platform
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from redis import Redis
 
 from bench import corpus, readdressed, stores
-from bench.pipeline import TERMINAL, Bench, Deployment, _metrics, _stage_means, arq_timings
+from bench.pipeline import Bench, Deployment, _metrics, _stage_means, arq_timings
 from bench.procs import MB, Sampler
+from bench.report import save, utc_stamp
+from bench.report_rss import stream
 from pdfqueue.domain import keys
+from pdfqueue.domain.models import TERMINAL
 from pdfqueue_dev.samples import Corpus
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CORPORA = ("sparse", "typical", "long")
 COMPARED = (
     "seconds_per_1000",
@@ -89,33 +90,6 @@ def follow(
             "p95_ms": round(1000 * reads[int(0.95 * (len(reads) - 1))], 1),
             "max_ms": round(1000 * reads[-1], 1),
         },
-    }
-
-
-def serve_report(dep: Deployment, batch_id: str) -> dict[str, Any]:
-    """Stream the CSV report (never held here) while sampling the API's RSS."""
-    sampler = Sampler(0.05)
-    sampler.watch("api", dep.api.main_pid)
-    idle = sampler.current_rss("api")
-    sampler.start()
-    started, size, lines = time.perf_counter(), 0, 0
-    try:
-        url = f"/v1/batches/{batch_id}/files"
-        with dep.client.http.stream("GET", url, params={"format": "csv"}) as response:
-            response.raise_for_status()
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                lines += chunk.count(b"\n")
-    finally:
-        sampler.stop()
-    api = sampler.report()["groups"]["api"]
-    return {
-        "seconds": round(time.perf_counter() - started, 2),
-        "bytes": size,
-        "rows": lines - 1,
-        "api_rss_before_mb": round(idle / MB, 1),
-        "api_peak_rss_mb": api["peak_rss_mb"],
-        "api_cpu_s": api["cpu_main_s"],
     }
 
 
@@ -185,7 +159,7 @@ def measure(dep: Deployment, path: Path, n: int, args: argparse.Namespace) -> di
     stages = _stage_means(metrics_before, [_metrics(p) for p in dep.metrics_ports])
     batch_id = run["batch_id"] = bench.batches[-1]
     lifetimes = key_lifetimes(r, batch_id)
-    report = serve_report(dep, batch_id)
+    report = stream(dep, batch_id, "csv")  # the CSV report, streamed while RSS is sampled
     jobs = arq_timings(bench, batch_id, run["epoch0"])  # deletes the batch's arq results
     r.delete(keys.batch(batch_id), keys.outcomes(batch_id))
     gone = int(stores.info(r, "memory")["used_memory"])
@@ -288,7 +262,7 @@ def run_size(bench: Bench, args: argparse.Namespace, n: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     bench = Bench.from_environ(f"m{stamp.lower()}", corpus.CACHE / f"logs-mission-{stamp}")
     print(f"mission {stamp}: logs in {bench.log_dir}", flush=True)
     asyncio.run(bench.prepare())
@@ -307,11 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": rows,
         "growth_largest_over_smallest": compare(rows),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"mission-{stamp}.json"
-    path.write_text(json.dumps(out, indent=2, default=str))
     print(f"growth per PDF, largest/smallest batch: {out['growth_largest_over_smallest']}")
-    print(f"results: {path}")
+    save(f"mission-{stamp}", out)
     return 0
 
 

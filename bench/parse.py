@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import re
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pypdfium2 as pdfium
 from pypdf import PdfReader
 
 from bench.documents import PRODUCERS, Density, render
+from bench.report import save, utc_stamp
 from pdfqueue_dev.samples import CLEAN, build_corpus, render_pdf
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extract import read_pdf, read_pdf_pypdf
 
-RESULTS = Path(__file__).resolve().parent / "results"
 MAX_PAGES = 50
 Candidate = Callable[[bytes], list[str]]
 _LITERAL = re.compile(rb"\((?:[^()\\]|\\.)*\)")
@@ -153,11 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         row["speedup"] = round(row[BASELINE]["mean_ms"] / row["pdfium_first"]["mean_ms"], 2)
         rows[name] = row
         print(_line(name, row, len(docs)), flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"parse-{stamp}.json"
-    path.write_text(json.dumps({"files": args.files, "seed": args.seed, "corpora": rows}, indent=2))
-    print(f"results: {path}")
+    save(f"parse-{utc_stamp()}", {"files": args.files, "seed": args.seed, "corpora": rows})
     return 0
 
 

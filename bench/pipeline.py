@@ -24,6 +24,7 @@ from bench.documents import Density
 from bench.procs import Sampler, listener_pid
 from pdfqueue.cli.client import Client
 from pdfqueue.domain import keys
+from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.provision import provision
 from pdfqueue.stores.db import connect
@@ -37,7 +38,6 @@ POLL_S = 0.05
 WARMUP_FILES = 40
 UV = os.environ.get("UV") or "uv"
 """`uv run` sets UV to itself; the Makefile puts uv's folder on PATH."""
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 
 
 @dataclass
@@ -221,9 +221,8 @@ class Deployment:
         return self.children[1:]
 
     def _check_alive(self) -> None:
-        for c in self.children:
-            if not c.alive():
-                raise RuntimeError(f"{c.name} exited early:\n{c.log_tail()}")
+        for child in self.children:
+            child.check_alive()
 
     def _worker_ready(self, child: Child, port: int) -> bool:
         """Started (arq logged it) and, where /metrics answers, past its startup hook."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdfqueue_dev.processes import proc_stats
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 MB = 1024 * 1024
@@ -31,21 +33,13 @@ class ProcInfo:
 
 
 def snapshot() -> dict[int, ProcInfo]:
-    """Every process on the machine, from /proc/<pid>/stat (no psutil needed)."""
+    """Every process on the machine, from /proc/<pid>/stat."""
     procs: dict[int, ProcInfo] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2 :].split()
+    for pid, (comm, fields) in proc_stats().items():
         # fields[0] is state (field 3 of stat(5)); utime, stime, cutime, cstime are 14..17
         own = (int(fields[11]) + int(fields[12])) / TICK
         reaped = (int(fields[13]) + int(fields[14])) / TICK
-        procs[int(entry)] = ProcInfo(int(entry), int(fields[1]), comm, own, reaped)
+        procs[pid] = ProcInfo(pid, int(fields[1]), comm, own, reaped)
     return procs
 
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from bench.corpus import CACHE
 from pdfqueue_dev.samples import (
     CLEAN,
-    ZIP_DATE,
     Corpus,
     Expect,
     SampleFile,
@@ -28,6 +27,7 @@ from pdfqueue_dev.samples import (
     _doc,
     _mixed_case,
     build_corpus,
+    member_info,
 )
 
 TEMPLATES = 300
@@ -91,10 +91,7 @@ def _write(path: Path, n: int, seed: int) -> list[str]:
         for i in range(n):
             data, local = templates[i % len(templates)]
             pdf, email = _readdress(data, local, i + 1)
-            info = zipfile.ZipInfo(f"resumes/{i + 1:05d}-u.pdf", date_time=ZIP_DATE)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, pdf)
+            zf.writestr(member_info(f"resumes/{i + 1:05d}-u.pdf"), pdf)
             emails.append(email)
     tmp.replace(path)
     return emails

@@ -25,13 +25,13 @@ import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
 from arq.jobs import serialize_result
 from redis.asyncio import Redis
 
+from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import Outcome
 from pdfqueue.domain.settings import Settings
@@ -39,7 +39,6 @@ from pdfqueue.stores.fair import Dispatcher
 from pdfqueue.stores.queue import Job, deserialize, serialize
 from pdfqueue.stores.state import BatchState, utcnow
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TENANTS = 4
 OUTCOMES = (Outcome.LINKED,) * 8 + (Outcome.SKIPPED_NO_MATCH, Outcome.FAILED)
 
@@ -293,11 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     report = asyncio.run(measure(args))
     report["at"] = datetime.now(UTC).isoformat()
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"redis-memory-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
-    print(f"written to {out}")
+    save(f"redis-memory-{utc_stamp()}", report)
     return 0
 
 

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import os
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+from pdfqueue.observability.metrics import STAGES
 
 GOODPUT_TARGET = 3.0
 """pdfqueue must link at least three times as many PDFs per second as the seed peer."""
 CPU_TARGET_MS = 4.0
 """CPU per linked PDF, summed over every process, on the typical corpus."""
-STAGES = ("read", "extract", "match", "store", "claim", "record")
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def utc_stamp() -> str:
+    """Now as a run's stamp in names of files and schemas: 20261130T160000Z."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def save(name: str, results: Any) -> Path:
+    """Write a run's results to bench/results/<name>.json and say where."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(results, indent=2, default=str))
+    print(f"results: {path}")
+    return path
 
 
 def _cpu_total(run: dict[str, Any]) -> float:

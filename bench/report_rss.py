@@ -17,8 +17,6 @@ import json
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -26,9 +24,9 @@ import asyncpg
 from bench import corpus
 from bench.pipeline import Bench, Deployment
 from bench.procs import MB, Sampler
+from bench.report import save, utc_stamp
 from pdfqueue.domain.models import BatchStatus
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TENANT = "bench"
 """The bench's token belongs to this tenant (see bench.pipeline)."""
 
@@ -79,13 +77,14 @@ def stream(dep: Deployment, batch_id: str, fmt: str) -> dict[str, Any]:
     sampler.watch("api", dep.api.main_pid)
     before = sampler.current_rss("api")
     sampler.start()
-    started, size = time.perf_counter(), 0
+    started, size, lines = time.perf_counter(), 0, 0
     try:
         url = f"/v1/batches/{batch_id}/files"
         with dep.client.http.stream("GET", url, params={"format": fmt}) as response:
             response.raise_for_status()
             for chunk in response.iter_bytes():
                 size += len(chunk)
+                lines += chunk.count(b"\n")
     finally:
         sampler.stop()
     api = sampler.report()["groups"]["api"]
@@ -93,6 +92,7 @@ def stream(dep: Deployment, batch_id: str, fmt: str) -> dict[str, Any]:
         "format": fmt,
         "seconds": round(time.perf_counter() - started, 2),
         "bytes": size,
+        "rows": lines - 1 if fmt == "csv" else None,  # a CSV line per file, after the header
         "api_rss_before_mb": round(before / MB, 1),
         "api_peak_rss_mb": api["peak_rss_mb"],
         "api_added_mb": round(api["peak_rss_mb"] - before / MB, 1),
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="5000,50000,200000", help="files per batch")
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     bench = Bench.from_environ(f"r{stamp.lower()}", corpus.CACHE / f"logs-report-{stamp}")
     asyncio.run(bench.prepare())
     rows = []
@@ -119,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {json.dumps(rows[-1])}", flush=True)
     finally:
         asyncio.run(bench.cleanup())
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"report-rss-{stamp}.json"
-    path.write_text(json.dumps({"started": stamp, "runs": rows}, indent=2))
-    print(f"results: {path}")
+    save(f"report-rss-{stamp}", {"started": stamp, "runs": rows})
     return 0
 
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import sys
 import time
 import traceback
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from bench import corpus, report
@@ -22,7 +19,6 @@ from bench.sse import line as sse_line
 from bench.sse import run_sse
 from bench.upload_rss import run_upload_rss
 
-RESULTS = Path(__file__).resolve().parent / "results"
 PAIR_KEYS = ("goodput", "pdfs_per_s", "failed", "skipped_no_match", "cpu_ms_per_linked")
 
 
@@ -147,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = [] if args.only_sse else args.sizes
     args.skip_upload_rss = args.skip_upload_rss or args.only_sse
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = report.utc_stamp()
     bench = Bench.from_environ(stamp.lower(), corpus.CACHE / f"logs-{stamp}")
     print(
         f"bench {stamp}: logs in {bench.log_dir}, objects under s3://{bench.bucket}/{bench.prefix}"
@@ -214,10 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         "upload_rss": upload,
         "sse": sse,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{stamp}.json"
-    path.write_text(json.dumps(out, indent=2, default=str))
-    print(f"\nresults: {path}")
+    print()
+    report.save(stamp, out)
     return 0
 
 

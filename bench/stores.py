@@ -132,14 +132,12 @@ class MemoryPeak:
         self.interval_s = interval_s
         self.peak_bytes = 0
         self.peak_keys = 0
-        self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="redis-memory", daemon=True)
 
     def _sample(self, r: Redis) -> None:
         self.peak_bytes = max(self.peak_bytes, int(info(r, "memory")["used_memory"]))
         self.peak_keys = max(self.peak_keys, dbsize(r))
-        self.samples += 1
 
     def _run(self) -> None:
         with Redis.from_url(self.url) as r:

@@ -96,13 +96,6 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Problem, "description": ERRORS[code]} for code in codes}
 
 
-def kube_publisher(settings: Settings) -> PdfBatchPublisher | None:
-    """Kubernetes mode: the API also creates a PdfBatch per upload in this namespace."""
-    if not settings.kubernetes_namespace:
-        return None
-    return PdfBatchPublisher(settings.kubernetes_namespace, settings.kubeconfig)
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The API; raises ConfigurationError when it would run open without being asked to."""
     settings = settings or Settings()
@@ -118,7 +111,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 log.warning("REDIS IS NOT SAFE FOR A QUEUE: %s", problem)
         except Exception as exc:  # Redis down at start: /readyz says so until it is back
             log.warning("redis not reachable at start: %r", exc)
-        publisher = kube_publisher(settings)
+        publisher = None  # Kubernetes mode: the API also creates a PdfBatch per upload
+        if settings.kubernetes_namespace:
+            publisher = PdfBatchPublisher(settings.kubernetes_namespace, settings.kubeconfig)
         app.state.settings = settings
         app.state.service = BatchService(
             settings, stores.redis, stores.lifecycle, stores.db, stores.storage, publisher

@@ -130,7 +130,11 @@ class BatchService:
         except ClientDisconnect as exc:
             raise UploadAborted from exc
         try:
-            await self._register(batch_id, tenant, key, display_name(name()))
+            file_name = display_name(name())
+            registered = self.lifecycle.register(
+                batch_id=batch_id, tenant=tenant, source_key=key, file_name=file_name
+            )
+            await _guard("queue", registered)
         except BaseException:
             await asyncio.shield(self._undo(batch_id, key))
             raise
@@ -138,17 +142,6 @@ class BatchService:
         if self.publisher is not None:
             await self.publisher.publish(batch_id, self.storage.url(key), tenant)
         return batch_id
-
-    async def _register(self, batch_id: str, tenant: str, key: str, file_name: str | None) -> None:
-        await _guard(
-            "queue",
-            self.lifecycle.register(
-                batch_id=batch_id,
-                tenant=tenant,
-                source_key=key,
-                file_name=file_name,
-            ),
-        )
 
     async def _undo(self, batch_id: str, key: str) -> None:
         for step in (self.storage.delete(key), webhooks.forget(self.db, batch_id)):
@@ -175,10 +168,7 @@ class BatchService:
     async def retry(self, tenant: str, batch_id: str, *, all_failed: bool) -> BatchSummary:
         """Re-run the completed batch's failed files (transient ones unless `all_failed`)."""
         await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
-        await _guard(
-            "queue",
-            self.lifecycle.requeue(batch_id, all_failed=all_failed),
-        )
+        await _guard("queue", self.lifecycle.requeue(batch_id, all_failed=all_failed))
         log.info("batch retry started", extra={"batch_id": batch_id})
         return await self.get(tenant, batch_id)
 

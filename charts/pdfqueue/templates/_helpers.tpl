@@ -240,11 +240,162 @@ config.extraEnv, so those win). Call with (dict "ctx" $ "component" "api").
 {{- end }}
 
 {{/*
-A container probe from values: the chart's handler, the timings of .probe (minus enabled).
-Call with (dict "probe" .Values.api.livenessProbe "handler" (dict "httpGet" ...)).
+A container's probe .name (livenessProbe, readinessProbe) when the component's .values enable
+it: the chart's .handler and the timings of the values, at a container's indent.
+Call with (dict "name" "livenessProbe" "values" .Values.api "handler" (dict "httpGet" ...)).
 */}}
 {{- define "pdfqueue.probe" -}}
-{{- toYaml (merge (omit .probe "enabled") .handler) }}
+{{- $probe := index .values .name }}
+{{- if $probe.enabled }}
+{{- printf "%s:" .name | nindent 10 }}
+{{- toYaml (merge (omit $probe "enabled") .handler) | nindent 12 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name, namespace and labels of a component's object, under `metadata:`: every namespaced
+object of the chart has all three. Call with the component's $ctx; a "suffix" in it ends the
+object's name.
+*/}}
+{{- define "pdfqueue.metadata" -}}
+name: {{ include "pdfqueue.componentName" . }}{{ .suffix | default "" }}
+namespace: {{ .ctx.Release.Namespace }}
+labels:
+  {{- include "pdfqueue.labels" . | nindent 2 }}
+{{- end }}
+
+{{/*
+A component's pod metadata: its labels and podLabels; the config checksum (a change of
+configuration rolls the pods) and its podAnnotations. Call with the component's $ctx.
+*/}}
+{{- define "pdfqueue.podMetadata" -}}
+{{- $values := index .ctx.Values .component -}}
+labels:
+  {{- include "pdfqueue.labels" . | nindent 2 }}
+  {{- with $values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+annotations:
+  checksum/config: {{ include "pdfqueue.configChecksum" . }}
+  {{- with $values.podAnnotations }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{/*
+A bundled service's Secret with its one password (generated unless given, kept on upgrade),
+under its existingSecretKey. Call with (dict "ctx" $ "component" "redis").
+*/}}
+{{- define "pdfqueue.passwordSecret" -}}
+{{- $values := index .ctx.Values .component }}
+{{- $name := include "pdfqueue.componentName" . }}
+{{- $password := dict "ctx" .ctx "secret" $name "key" $values.existingSecretKey "value" $values.password }}
+apiVersion: v1
+kind: Secret
+metadata:
+  {{- include "pdfqueue.metadata" . | nindent 2 }}
+type: Opaque
+data:
+  {{ $values.existingSecretKey }}: {{ include "pdfqueue.secretValue" $password | b64enc | quote }}
+{{- end }}
+
+{{/*
+The RoleBinding of a component's Role (of the same name) to its ServiceAccount, in the
+release's namespace. Call with the component's $ctx.
+*/}}
+{{- define "pdfqueue.roleBinding" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  {{- include "pdfqueue.metadata" . | nindent 2 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ include "pdfqueue.componentName" . }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "pdfqueue.serviceAccountName" . }}
+    namespace: {{ .ctx.Release.Namespace }}
+{{- end }}
+
+{{/*
+A component's ServiceAccount, with serviceAccount.annotations. With .automount false, pods
+get no token unless they ask for one. Call with (dict "ctx" $ "component" "api" "automount" false).
+*/}}
+{{- define "pdfqueue.serviceAccount" -}}
+{{- $ctx := dict "ctx" .ctx "component" .component }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "pdfqueue.serviceAccountName" $ctx }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "pdfqueue.labels" $ctx | nindent 4 }}
+  {{- with .ctx.Values.serviceAccount.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- if hasKey . "automount" }}
+automountServiceAccountToken: {{ .automount }}
+{{- end }}
+{{- end }}
+
+{{/*
+A component's headless Service for one named container port: a bundled service's (the
+StatefulSet's governing Service, and the clients' address) or a /metrics port's (for the
+ServiceMonitor to find each pod). Call with
+(dict "ctx" $ "component" "worker" "port" 9100 "portName" "metrics" "suffix" "-metrics");
+portName defaults to the component, suffix to none.
+*/}}
+{{- define "pdfqueue.headlessService" -}}
+{{- $ctx := dict "ctx" .ctx "component" .component "suffix" .suffix }}
+{{- $portName := .portName | default .component }}
+apiVersion: v1
+kind: Service
+metadata:
+  {{- include "pdfqueue.metadata" $ctx | nindent 2 }}
+spec:
+  clusterIP: None
+  selector:
+    {{- include "pdfqueue.selectorLabels" $ctx | nindent 4 }}
+  ports:
+    - name: {{ $portName }}
+      port: {{ .port }}
+      targetPort: {{ $portName }}
+      protocol: TCP
+{{- end }}
+
+{{/*
+The `data` volume claim of a bundled service's StatefulSet, as its persistence values say.
+Call with the component's $ctx (dict "ctx" . "component" "redis").
+*/}}
+{{- define "pdfqueue.dataVolumeClaim" -}}
+{{- $persistence := (index .ctx.Values .component).persistence -}}
+- metadata:
+    name: data
+    labels:
+      {{- include "pdfqueue.selectorLabels" . | nindent 6 }}
+  spec:
+    accessModes: [ReadWriteOnce]
+    {{- with $persistence.storageClass }}
+    storageClassName: {{ . | quote }}
+    {{- end }}
+    resources:
+      requests:
+        storage: {{ $persistence.size }}
+{{- end }}
+
+{{/*
+A pod's nodeSelector, affinity and tolerations from a component's values, each only when set.
+Call with .Values.<component>.
+*/}}
+{{- define "pdfqueue.scheduling" -}}
+{{- range $key := list "nodeSelector" "affinity" "tolerations" }}
+{{- with get $ $key }}
+{{ $key }}:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -115,10 +115,7 @@ Call with (dict "ctx" $ "component" "redis" "port" "redis"). */}}
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
-  name: {{ include "pdfqueue.componentName" $ctx }}
-  namespace: {{ .ctx.Release.Namespace }}
-  labels:
-    {{- include "pdfqueue.labels" $ctx | nindent 4 }}
+  {{- include "pdfqueue.metadata" $ctx | nindent 2 }}
 spec:
   podSelector:
     matchLabels:

@@ -129,7 +129,8 @@ class Child:
         if not self.launcher:
             return self.proc.pid
         if self._main is None:  # found once: scanning /proc on every call costs CPU
-            kids = [pid for pid, ppid in _parents().items() if ppid == self.proc.pid]
+            stats = proc_stats().items()
+            kids = [pid for pid, (_, fields) in stats if int(fields[1]) == self.proc.pid]
             self._main = min(kids) if kids else None
         return self._main
 
@@ -201,9 +202,10 @@ def wait_http(
     )
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process, from /proc (no psutil needed)."""
-    parents: dict[int, int] = {}
+def proc_stats() -> dict[int, tuple[str, list[str]]]:
+    """pid -> (command name, the stat(5) fields after it: state, ppid, ...) of every process,
+    from /proc (no psutil needed)."""
+    stats: dict[int, tuple[str, list[str]]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -211,5 +213,6 @@ def _parents() -> dict[int, int]:
             raw = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue  # gone meanwhile
-        parents[int(entry)] = int(raw[raw.rindex(")") + 2 :].split()[1])
-    return parents
+        name_end = raw.rindex(")")  # the name itself may hold ")"
+        stats[int(entry)] = (raw[raw.index("(") + 1 : name_end], raw[name_end + 2 :].split())
+    return stats

@@ -255,16 +255,18 @@ def render_pdf(f: SampleFile, *, seed: int) -> bytes:
     return data
 
 
+def member_info(name: str) -> zipfile.ZipInfo:
+    """A deflated, world-readable file member with a fixed date: the same bytes every time."""
+    info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    return info
+
+
 def write_zip(corpus: Corpus, path: Path, *, seed: int = 0, junk: bool = True) -> Path:
     """Write the corpus as a ZIP, rendering and adding one PDF at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
-
-    def info(name: str) -> zipfile.ZipInfo:
-        zi = zipfile.ZipInfo(name, date_time=ZIP_DATE)
-        zi.compress_type = zipfile.ZIP_DEFLATED
-        zi.external_attr = 0o644 << 16
-        return zi
-
+    info = member_info
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         if junk:
             d = zipfile.ZipInfo(JUNK_MEMBERS[0], date_time=ZIP_DATE)

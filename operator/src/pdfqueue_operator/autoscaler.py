@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -77,24 +77,18 @@ class WorkerDeployment:
         }
 
 
+@dataclass(eq=False)
 class Autoscaler:
     """Owns the replicas of the worker Deployments; kopf's indices say which exist."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        redis: Redis,
-        kube: Kube,
-        deployments: kopf.Index[Key, WorkerDeployment],
-        hpas: kopf.Index[Key, str],
-    ) -> None:
-        self.settings = settings
-        self.redis = redis
-        self.kube = kube
-        self.deployments = deployments
-        self.hpas = hpas
-        self._history: dict[Key, History] = {}
-        self._refused: dict[Key, str] = {}  # why a Deployment is left alone, posted once
+    settings: Settings
+    redis: Redis
+    kube: Kube
+    deployments: kopf.Index[Key, WorkerDeployment]
+    hpas: kopf.Index[Key, str]
+    _history: dict[Key, History] = field(default_factory=dict, init=False)
+    _refused: dict[Key, str] = field(default_factory=dict, init=False)
+    """Why a Deployment is left alone, posted once."""
 
     async def tick(self) -> None:
         seen: set[Key] = set()

@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pdfqueue.domain.models import BatchStatus, BatchSummary
+from pydantic.alias_generators import to_camel
+
+from pdfqueue.domain.models import COUNTERS, BatchStatus, BatchSummary
 
 ACCEPTED = "Accepted"
 """True once the batch is registered and queued; False says why it cannot be."""
@@ -69,13 +71,7 @@ def progress(
     status: dict[str, Any] = {
         "phase": state.value,
         "batchId": summary.batch_id,
-        "processed": summary.processed,
-        "linked": summary.linked,
-        "skippedNoMatch": summary.skipped_no_match,
-        "skippedAlreadyExists": summary.skipped_already_exists,
-        "skippedAmbiguous": summary.skipped_ambiguous,
-        "failed": summary.failed,
-        "ignored": summary.ignored,
+        **{to_camel(c): getattr(summary, c) for c in ("processed", *COUNTERS, "ignored")},
         "message": message,
         "conditions": finished,
     }

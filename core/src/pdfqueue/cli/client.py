@@ -80,13 +80,6 @@ class Client:
         result: list[dict[str, Any]] = self._check(self.http.get(f"/v1/batches/{batch_id}/files"))
         return result
 
-    def files_csv(self, batch_id: str) -> bytes:
-        response = self.http.get(f"/v1/batches/{batch_id}/files", params={"format": "csv"})
-        if response.is_error or not response.headers.get("content-type", "").startswith("text/csv"):
-            self._check(response)
-            raise ApiError(response.status_code, _not_api(self.url))
-        return response.content
-
     def cancel(self, batch_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._check(self.http.delete(f"/v1/batches/{batch_id}"))
         return result

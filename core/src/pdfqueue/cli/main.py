@@ -18,7 +18,7 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
-    TaskID,
+    ProgressColumn,
     TaskProgressColumn,
     TextColumn,
     TimeRemainingColumn,
@@ -158,7 +158,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("batch_id")
     p.set_defaults(run=cmd_cancel)
 
-    _retry_command(sub)
+    p = _command(
+        sub,
+        "retry",
+        "re-run a finished batch's files that failed for a reason that may pass",
+        "pdfqueue retry 3f2a... --wait\n  pdfqueue retry 3f2a... --all-failed",
+    )
+    p.add_argument("batch_id")
+    p.add_argument(
+        "--all-failed", action="store_true", help="re-run every failed file, whatever its reason"
+    )
+    p.add_argument("--wait", action="store_true", help="follow progress until the batch ends")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(run=cmd_retry)
 
     plugins = entry_points(group="pdfqueue.commands")
     if only in plugins.names:
@@ -186,22 +198,6 @@ def _command(
     )
     _client_args(p)
     return p
-
-
-def _retry_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = _command(
-        sub,
-        "retry",
-        "re-run a finished batch's files that failed for a reason that may pass",
-        "pdfqueue retry 3f2a... --wait\n  pdfqueue retry 3f2a... --all-failed",
-    )
-    p.add_argument("batch_id")
-    p.add_argument(
-        "--all-failed", action="store_true", help="re-run every failed file, whatever its reason"
-    )
-    p.add_argument("--wait", action="store_true", help="follow progress until the batch ends")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.set_defaults(run=cmd_retry)
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
@@ -236,7 +232,7 @@ def _upload(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         created = client.upload(args.file)
     else:
-        with _upload_bar() as bar:
+        with _bar(DownloadColumn(), TransferSpeedColumn()) as bar:
             task = bar.add_task("uploading", total=args.file.stat().st_size)
             created = client.upload(args.file, lambda n: bar.advance(task, n))
         console.print(f"batch [bold]{created['batch_id']}[/bold] accepted", highlight=False)
@@ -340,26 +336,15 @@ def batch_exit_code(status: dict[str, Any]) -> int:
     return EXIT_FILES_FAILED if status.get("failed") else EXIT_OK
 
 
-def _bar() -> Progress:
+def _bar(*columns: ProgressColumn, disable: bool = False) -> Progress:
+    """A progress bar on stderr: the task's description, the bar, `columns`, the time left."""
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TextColumn("{task.fields[counts]}"),
+        *columns,
         TimeRemainingColumn(),
         console=console,
-    )
-
-
-def _upload_bar() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
+        disable=disable,
     )
 
 
@@ -370,7 +355,9 @@ def counts_text(status: dict[str, Any]) -> str:
 def follow(client: Client, batch_id: str, *, quiet: bool = False, poll_s: float = 0.5) -> Any:
     """Follow the batch until it ends (its event stream; polling when streams keep failing),
     with a bar of processed files and counts by outcome unless `quiet`."""
-    with _bar() if not quiet else _Null() as bar:
+    done = TextColumn("{task.completed}/{task.total}")
+    counts = TextColumn("{task.fields[counts]}")
+    with _bar(TaskProgressColumn(), done, counts, disable=quiet) as bar:
         task = bar.add_task("processing", total=None, counts="")
 
         def show(status: dict[str, Any]) -> None:
@@ -400,23 +387,6 @@ def follow(client: Client, batch_id: str, *, quiet: bool = False, poll_s: float 
         return status
 
 
-class _Null:
-    def __enter__(self) -> _Null:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def add_task(self, *args: Any, **kwargs: Any) -> TaskID:
-        return TaskID(0)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def advance(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
 def print_summary(status: dict[str, Any], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(status))
@@ -424,16 +394,7 @@ def print_summary(status: dict[str, Any], *, as_json: bool) -> None:
     table = Table(title=f"batch {status['batch_id']}: {status['status']}")
     table.add_column("")
     table.add_column("files", justify="right")
-    for field in (
-        "total_files",
-        "processed",
-        "linked",
-        "skipped_no_match",
-        "skipped_already_exists",
-        "skipped_ambiguous",
-        "failed",
-        "ignored",
-    ):
+    for field in ("total_files", "processed", *OUTCOME_LABELS, "ignored"):
         value = status.get(field)
         table.add_row(field, "—" if value is None else str(value))  # total unknown until ingest
     if status.get("error"):

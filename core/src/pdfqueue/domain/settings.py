@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -39,6 +40,11 @@ PLACEHOLDER_DOMAINS = (
 `email.com` is a real mailbox provider too, but far more often a template's."""
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
+
+
+def _entries(value: str) -> list[str]:
+    """The entries of a comma-separated variable, stripped, empty ones left out."""
+    return [entry for entry in (e.strip() for e in value.split(",")) if entry]
 
 
 def valid_tenant(name: str) -> bool:
@@ -88,8 +94,7 @@ def parse_api_tokens(value: str) -> dict[str, str]:
     """`tenant:token,...` as {stored token: tenant}; every error names an entry by position only."""
     tokens: dict[str, str] = {}
     seen: dict[str, str] = {}  # hash -> tenant
-    entries = [e.strip() for e in value.split(",")]
-    for number, entry in enumerate(filter(None, entries), start=1):
+    for number, entry in enumerate(_entries(value), start=1):
         tenant, sep, token = entry.partition(":")
         where = f"PDFQUEUE_API_TOKENS entry {number}"
         if not sep or not tenant or not token or tenant == "sha256":
@@ -102,11 +107,11 @@ def parse_api_tokens(value: str) -> dict[str, str]:
         if problem:
             msg = f"{where}: {problem}"  # no tenant: with a colon in a token, it could be a part
             raise ValueError(msg)
-        if _stored_hash(token) in seen:
-            other = seen[_stored_hash(token)]
-            msg = f"{where} (tenant {tenant}) repeats the token of tenant {other}"
+        stored = _stored_hash(token)
+        if stored in seen:
+            msg = f"{where} (tenant {tenant}) repeats the token of tenant {seen[stored]}"
             raise ValueError(msg)
-        seen[_stored_hash(token)] = tenant
+        seen[stored] = tenant
         tokens[token] = tenant
     return tokens
 
@@ -412,7 +417,7 @@ class Settings(BaseSettings):
         if not isinstance(value, str):
             return value
         mapping: dict[str, str] = {}
-        for entry in filter(None, (e.strip() for e in value.split(","))):
+        for entry in _entries(value):
             namespace, _, tenant = (part.strip() for part in entry.partition(":"))
             if not _NAMESPACE.fullmatch(namespace) or not (
                 tenant == "*" or _TENANT.fullmatch(tenant)
@@ -453,19 +458,14 @@ class Settings(BaseSettings):
             raise ValueError(msg)
         return value
 
-    @field_validator("trusted_tenants", mode="before")
+    @field_validator("trusted_tenants", "placeholder_domains", mode="before")
     @classmethod
-    def _parse_tenants(cls, value: object) -> object:
-        if isinstance(value, str):
-            return frozenset(filter(None, (t.strip() for t in value.split(","))))
-        return value
-
-    @field_validator("placeholder_domains", mode="before")
-    @classmethod
-    def _parse_domains(cls, value: object) -> object:
-        if isinstance(value, str):
-            return frozenset(filter(None, (d.strip().lower() for d in value.split(","))))
-        return value
+    def _parse_names(cls, value: object, info: ValidationInfo) -> object:
+        """A comma-separated set; domains compare in lower case."""
+        if not isinstance(value, str):
+            return value
+        lower = info.field_name == "placeholder_domains"
+        return frozenset(_entries(value.lower() if lower else value))
 
     @field_validator("upload_part_bytes")
     @classmethod
@@ -491,7 +491,7 @@ class Settings(BaseSettings):
     def export_traces(self) -> bool:
         """Export spans over OTLP/HTTP? Off unless an OTLP endpoint or exporter is configured."""
         if self.otel_traces_exporter:
-            return "otlp" in {e.strip().lower() for e in self.otel_traces_exporter.split(",")}
+            return "otlp" in _entries(self.otel_traces_exporter.lower())
         return bool(self.otel_exporter_otlp_endpoint)
 
     @cached_property

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from functools import partial
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.registry import Collector
@@ -28,136 +29,116 @@ JOB_RESULTS = ("success", "retry", "error", "cancelled")
 RETRY_REASONS = transient_reasons()
 """What `pdfqueue.domain.errors.transient_reason` returns; listed so their series exist at 0."""
 
+# Created unregistered: `register` exports a process's own groups.
+_Counter = partial(Counter, registry=None)
+_Gauge = partial(Gauge, registry=None)
+_Histogram = partial(Histogram, registry=None)
+
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
 _SIZE_BUCKETS = tuple(float(4**n * 1024) for n in range(12))  # 1 KiB .. 4 GiB
 
 # --- processes running the queue poller (pdfqueue.runtime.gauges) ----------------------------
-HEARTBEAT = Gauge(
+HEARTBEAT = _Gauge(
     "pdfqueue_heartbeat_timestamp_seconds",
     "Unix time of the last tick of this process's event loop (stale means the loop is stuck).",
-    registry=None,
 )
-EVENT_LOOP_LAG = Gauge(
+EVENT_LOOP_LAG = _Gauge(
     "pdfqueue_event_loop_lag_seconds",
     "How late the last background tick woke up: time the event loop was blocked.",
-    registry=None,
 )
-REDIS_UP = Gauge(
-    "pdfqueue_redis_up", "1 if the last poll of Redis succeeded, else 0.", registry=None
-)
-QUEUE_READY = Gauge(
+REDIS_UP = _Gauge("pdfqueue_redis_up", "1 if the last poll of Redis succeeded, else 0.")
+QUEUE_READY = _Gauge(
     "pdfqueue_queue_ready_jobs",
     "Jobs whose time has come (ZCOUNT queue -inf now); arq keeps running jobs in the set too.",
     ["queue"],
-    registry=None,
 )
-QUEUE_PENDING = Gauge(
+QUEUE_PENDING = _Gauge(
     "pdfqueue_queue_pending_jobs",
     "Process jobs registered by fair dispatch and not yet released into the queue.",
     ["queue"],
-    registry=None,
 )
-QUEUE_DEFERRED = Gauge(
+QUEUE_DEFERRED = _Gauge(
     "pdfqueue_queue_deferred_jobs",
     "Jobs scheduled for later, mostly retries waiting out their backoff.",
     ["queue"],
-    registry=None,
 )
-QUEUE_OLDEST_AGE = Gauge(
+QUEUE_OLDEST_AGE = _Gauge(
     "pdfqueue_queue_oldest_ready_age_seconds",
     "Age of the oldest ready job (0 when none is ready).",
     ["queue"],
-    registry=None,
 )
-REDIS_USED_MEMORY = Gauge(
-    "pdfqueue_redis_used_memory_bytes", "Redis INFO used_memory.", registry=None
-)
-REDIS_MAXMEMORY = Gauge(
-    "pdfqueue_redis_maxmemory_bytes", "Redis INFO maxmemory (0 means no limit).", registry=None
+REDIS_USED_MEMORY = _Gauge("pdfqueue_redis_used_memory_bytes", "Redis INFO used_memory.")
+REDIS_MAXMEMORY = _Gauge(
+    "pdfqueue_redis_maxmemory_bytes", "Redis INFO maxmemory (0 means no limit)."
 )
 
 # --- every process ---------------------------------------------------------------------------
-BATCHES = Counter(
-    "pdfqueue_batches",
-    "Batches that entered a status (PENDING when created).",
-    ["status"],
-    registry=None,
+BATCHES = _Counter(
+    "pdfqueue_batches", "Batches that entered a status (PENDING when created).", ["status"]
 )
 
 # --- API -------------------------------------------------------------------------------------
-HTTP_DURATION = Histogram(
+HTTP_DURATION = _Histogram(
     "pdfqueue_http_request_duration_seconds",
     "HTTP request latency, body streaming included.",
     ["method", "route", "status"],
     buckets=_LATENCY_BUCKETS,
-    registry=None,
 )
-HTTP_REQUEST_SIZE = Histogram(
+HTTP_REQUEST_SIZE = _Histogram(
     "pdfqueue_http_request_size_bytes",
     "Bytes of request body received (uploads on POST /v1/batches).",
     ["method", "route", "status"],
     buckets=_SIZE_BUCKETS,
-    registry=None,
 )
 
 # --- worker ----------------------------------------------------------------------------------
-DOCUMENTS = Counter(
+DOCUMENTS = _Counter(
     "pdfqueue_documents",
     "Files given their one outcome (counted once, whatever the retries).",
     ["outcome", "reason"],
-    registry=None,
 )
-OCR_PAGES = Counter(
-    "pdfqueue_ocr_pages",
-    "Pages read by OCR because they had no usable text layer.",
-    registry=None,
+OCR_PAGES = _Counter(
+    "pdfqueue_ocr_pages", "Pages read by OCR because they had no usable text layer."
 )
-STAGE_DURATION = Histogram(
+STAGE_DURATION = _Histogram(
     "pdfqueue_stage_duration_seconds",
     "Duration of one step of a process job: read, extract, match and record serve all of"
     " its PDFs at once; store and claim are one PDF each.",
     ["stage"],
     buckets=_LATENCY_BUCKETS,
-    registry=None,
 )
-JOB_DURATION = Histogram(
+JOB_DURATION = _Histogram(
     "pdfqueue_job_duration_seconds",
     "Duration of one try of an arq job, by how it ended.",
     ["function", "result"],
     buckets=_LATENCY_BUCKETS,
-    registry=None,
 )
-JOBS_IN_PROGRESS = Gauge(
-    "pdfqueue_jobs_in_progress", "Jobs this process is running now.", ["function"], registry=None
+JOBS_IN_PROGRESS = _Gauge(
+    "pdfqueue_jobs_in_progress", "Jobs this process is running now.", ["function"]
 )
-RETRIES = Counter(
+RETRIES = _Counter(
     "pdfqueue_retries",
     "Tries that failed on a flaky dependency and were deferred.",
     ["function", "reason"],
-    registry=None,
 )
-WORKER_MAX_JOBS = Gauge(
+WORKER_MAX_JOBS = _Gauge(
     "pdfqueue_worker_max_jobs",
     "Jobs this worker process may run at once; one series per live worker process.",
-    registry=None,
 )
 
 # --- operator --------------------------------------------------------------------------------
-OPERATOR_DESIRED_REPLICAS = Gauge(
+OPERATOR_DESIRED_REPLICAS = _Gauge(
     "pdfqueue_operator_desired_replicas",
     "Worker replicas the operator wants (backlog-based, after min/max and stabilization).",
-    registry=None,
 )
-OPERATOR_REPLICAS = Gauge(
+OPERATOR_REPLICAS = _Gauge(
     "pdfqueue_operator_replicas",
     "Ready replicas of the worker Deployment as the operator last saw them.",
-    registry=None,
 )
-OPERATOR_SCALING_DECISIONS = Counter(
+OPERATOR_SCALING_DECISIONS = _Counter(
     "pdfqueue_operator_scaling_decisions",
     "Changes of the worker Deployment's replicas made by the operator (direction: up, down).",
     ["direction"],
-    registry=None,
 )
 
 _COMMON: tuple[Collector, ...] = (BATCHES,)
