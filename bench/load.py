@@ -1,12 +1,14 @@
 """`python -m bench.load`: many workers' Redis and PostgreSQL traffic, without parsing or S3.
 
 Real arq workers (`pdfqueue_worker.app.build_worker`) run the real `process` task against the
-real Redis and PostgreSQL; only the object store and the parser are replaced: reading a
-member returns a stub PDF naming its user, parsing returns that user's address, storing does
-nothing. So every job of 16 PDFs issues what production issues: arq's dequeue (poll, WATCH,
-MULTI/EXEC, result), the batch status and unrecorded checks, one user lookup, one claim per
-PDF and the recording script; the batch is enqueued as `ingest` enqueues it. The number of
-simulated worker processes steps up until throughput stops growing.
+real Redis and PostgreSQL; only the object store and the parser are replaced: the archive
+holds a stored stub PDF at each member's offset (read and inflated by the worker's own code),
+parsing returns the address of the user the member is named after, storing does nothing. So
+every job of 16 PDFs issues what production issues: arq's dequeue (poll, WATCH, MULTI/EXEC,
+result), the batch status and unrecorded checks, one user lookup, one claim statement and the
+recording script; the batch is enqueued as `ingest` enqueues it. A level whose batch did not
+link every PDF fails. The number of simulated worker processes steps up until throughput
+stops growing.
 
     uv run python -m bench.load [--levels 1,2,4,8] [--jobs 200]
 """
@@ -21,7 +23,8 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable
+import zlib
+from collections.abc import AsyncIterator, Callable
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -41,12 +44,13 @@ from pdfqueue.stores.queue import Job, enqueue_chunked
 from pdfqueue.stores.state import utcnow
 from pdfqueue_dev.processes import wait_until
 from pdfqueue_worker.app import build_worker
+from pdfqueue_worker.archive import Member
 from pdfqueue_worker.candidates import Candidate, Source
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extraction
+from pdfqueue_worker.payload import LOCAL_HEADER, LOCAL_SIGNATURE
 
 TENANT = "load"
-STUB = b"%PDF-1.4 stub for user "
 PROCESSES = 4
 """Client processes the simulated workers are spread over (Python runs one core each)."""
 SPARE_CONNECTIONS = 12
@@ -62,17 +66,31 @@ def email(user_id: int) -> str:
     return f"load{user_id}@people.example"
 
 
+SLOT = 4096
+"""Where the stub archive holds member i: at i * SLOT."""
+STUB_PDF = b"%PDF-1.4 stub\n"
+STUB_ENTRY = (
+    LOCAL_HEADER.pack(
+        LOCAL_SIGNATURE, 20, 0, 0, 0, 0, 0, zlib.crc32(STUB_PDF), *[len(STUB_PDF)] * 2, 8, 0
+    )
+    + b"stub.pdf"
+    + STUB_PDF
+)
+"""One stored member: every slot of the stub archive holds it."""
+
+
 class StubStorage:
-    """The object store's interface as `process` uses it; nothing leaves this process."""
+    """The object store's interface as `process` uses it; nothing leaves this process. Every
+    archive holds STUB_ENTRY at each SLOT, so reading and inflating a member is the real code."""
 
     backend = None
 
-    async def read_range(self, key: str, start: int, end: int) -> bytes:
-        return b""
+    async def read_range(self, key: str, start: int, length: int) -> bytes:
+        slots = bytes(STUB_ENTRY.ljust(SLOT, b"\0")) * (2 + length // SLOT)
+        return slots[start % SLOT : start % SLOT + length]
 
-    async def run(self, fn: Any, backend: Any, source: str, members: Any, data: bytes) -> Any:
-        """`decode_members`: each member is a stub PDF naming the user in its file name."""
-        return [STUB + m.name.removesuffix(".pdf").encode() for m in members]
+    async def run(self, fn: Any, *args: Any) -> Any:
+        return fn(*args)
 
     async def put(self, key: str, data: bytes) -> None:
         return None
@@ -85,12 +103,16 @@ class StubStorage:
 
 
 class StubExtractor:
-    """The parser's interface: the address a stub PDF names, found on page one."""
+    """The parser's interface: each member's address is its user's, found on page one (the
+    user's id is the member's name)."""
 
-    async def extract(self, data: bytes, start_page: int = 0) -> Extraction:
-        user_id = int(data.removeprefix(STUB).rsplit(b"/", 1)[-1])
-        found = Candidate(email(user_id), Source.TEXT, page=0, contact=True)
-        return Extraction(candidates=(found,), pages=1, has_text=True)
+    async def extract_members(
+        self, items: list[tuple[bytes, Member, int]], *, together: bool = True
+    ) -> AsyncIterator[tuple[int, Extraction]]:
+        for i, (_, member, _) in enumerate(items):
+            user_id = int(member.name.removeprefix("resumes/").removesuffix(".pdf"))
+            found = Candidate(email(user_id), Source.TEXT, page=0, contact=True)
+            yield i, Extraction(candidates=(found,), pages=1, has_text=True)
 
     def close(self) -> None:
         return None
@@ -184,11 +206,11 @@ def _member(index: int, first_user: int) -> dict[str, Any]:
     return {
         "index": index,
         "name": f"resumes/{first_user + index}.pdf",
-        "offset": index * 4096,
-        "compressed_size": 4000,
-        "size": 4000,
-        "method": 8,
-        "crc": 0,
+        "offset": index * SLOT,
+        "compressed_size": len(STUB_PDF),
+        "size": len(STUB_PDF),
+        "method": 0,
+        "crc": zlib.crc32(STUB_PDF),
     }
 
 
@@ -243,6 +265,9 @@ def run_level(bench: Bench, settings: Settings, workers: int, args: argparse.Nam
         bench.batches.append(batch_id)
         done = lambda: r.hget(keys.batch(batch_id), "status") == b"COMPLETED"  # noqa: E731
         wait_until(done, f"batch at {workers} workers", args.timeout_s, interval_s=0.05)
+        linked = int(r.hget(keys.batch(batch_id), "linked") or 0)
+        if linked != args.jobs * settings.pdfs_per_job:  # a stub out of step with the worker
+            raise RuntimeError(f"batch {batch_id}: {linked} PDFs linked, not every one")
         seconds = time.monotonic() - started
         sampler.stop()
         after = {"redis": stores.redis_counters(r)}  # before the idle polls that follow
