@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -92,6 +93,17 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         await stores.close()
 
 
+class ShuffledWorker(Worker):
+    """arq's Worker, trying the ready jobs it read in an order of its own. Workers that read
+    the same ready ids at once would all try the first one first, and every id another
+    worker took already costs a WATCH round: about one per worker process per job
+    (`bench.load`), the one Redis cost that grows with the number of workers."""
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        random.shuffle(job_ids)
+        await super().start_jobs(job_ids)
+
+
 def build_worker(settings: Settings, **overrides: Any) -> Worker:
     """The arq Worker for these settings; tests pass `burst=True` and the like."""
     settings.check_shutdown_rule()
@@ -138,7 +150,7 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
         "health_check_interval": 10,
     }
     options.update(overrides)
-    return Worker(**options)
+    return ShuffledWorker(**options)
 
 
 def supervise(make_worker: Callable[[], Worker], max_delay_s: float = 30.0) -> int:
