@@ -18,6 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
+from pdfqueue.domain.models import COUNTERS
 from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.processes import free_port
 from tests.support.helpers import MakeCorpus, RunWorker, upload
@@ -146,8 +147,9 @@ async def test_each_completion_is_delivered_once_signed_with_the_final_counts(
     sent = json.loads(body)
     status = (await api.get(f"/v1/batches/{batch_id}")).json()
     assert sent["event"] == "batch.completed"
-    for name in ("batch_id", "status", "total_files", "processed", *corpus.counts()):
+    for name in ("batch_id", "status", "total_files", "processed", *COUNTERS):
         assert sent[name] == status[name], name
+    assert sum(sent[c] for c in COUNTERS) == sent["processed"]
     assert await deliveries(db, batch_id) == [
         {"round": 0, "attempt": 1, "url": receiver.url, "status_code": 200, "error": None}
     ]

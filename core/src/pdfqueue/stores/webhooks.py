@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from pdfqueue.domain.errors import UnsafeCallback
-from pdfqueue.domain.models import BatchSummary
+from pdfqueue.domain.models import COUNTERS, BatchSummary
 from pdfqueue.stores.db import Database
 
 SIGNATURE_HEADER = "Pdfqueue-Signature"
@@ -126,10 +126,7 @@ _FIELDS = {
     "status",
     "total_files",
     "processed",
-    "linked",
-    "skipped_no_match",
-    "skipped_already_exists",
-    "failed",
+    *COUNTERS,  # every outcome's count, so that they add up to `processed`
     "ignored",
     "retries",
     "created_at",
