@@ -11,6 +11,16 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 # PATH: put uv's folder on PATH here, so every recipe and every test finds it by name.
 export PATH := $(patsubst %/,%,$(dir $(UV))):$(PATH)
 PYTEST_ARGS ?=
+# `make bench` runs services of its own, on ports of their own, and stops them when it ends.
+# versitygw keeps the bench's objects in memory: on a disk, its CPU per PUT depended on what had
+# been deleted there minutes before (ext4 without a journal scans recently freed inodes on each
+# create), 0.5-1.5 ms per PDF from one run to the next; see docs/capacity.md.
+BENCH_STATE ?= $(CURDIR)/.state-bench
+BENCH_PORTS ?= PDFQUEUE_REDIS_PORT=16579 PDFQUEUE_PG_PORT=15632 PDFQUEUE_S3_PORT=17270
+BENCH_SHM := /dev/shm/pdfqueue-bench-$(shell id -u)
+BENCH_S3_DATA ?= $(if $(wildcard /dev/shm/.),$(BENCH_SHM),$(BENCH_STATE)/s3)
+# `make bench BENCH_ARGS="--densities typical --skip-peer"`: any of `python -m bench.run`'s options
+BENCH_ARGS ?=
 # `make demo DEMO_ARGS="--port 8001 --no-wait"`: another port, and exit once the batch is done
 DEMO_ARGS ?=
 
@@ -62,9 +72,14 @@ demo: deps
 	$(UV) run pdfqueue demo $(DEMO_ARGS)
 
 bench: deps tools
-	bash tools/services.sh start $(STATE)
-	eval "$$(bash tools/services.sh env $(STATE))"; $(UV) run python -m bench.run
+	export $(BENCH_PORTS) PDFQUEUE_S3_DATA=$(BENCH_S3_DATA); \
+	bash tools/services.sh start $(BENCH_STATE); \
+	eval "$$(bash tools/services.sh env $(BENCH_STATE))"; \
+	rc=0; $(UV) run python -m bench.run $(BENCH_ARGS) || rc=$$?; \
+	bash tools/services.sh stop $(BENCH_STATE); \
+	exit $$rc
 
 clean: services-stop
 	bash tools/services.sh stop $(DEMO_STATE)
-	rm -rf .state .pdfqueue
+	export $(BENCH_PORTS); bash tools/services.sh stop $(BENCH_STATE)
+	rm -rf .state .state-bench .pdfqueue $(BENCH_SHM)

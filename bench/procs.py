@@ -81,6 +81,19 @@ def listener_pid(port: int) -> int | None:
     return None
 
 
+def filesystem(path: str) -> str:
+    """The type of the filesystem holding `path` (its longest mount point in /proc/mounts)."""
+    where = os.path.realpath(path)
+    best, kind = "", "unknown"
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        mount = fields[1].replace("\\040", " ")
+        inside = where == mount or where.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, fields[2]
+    return kind
+
+
 def rss_bytes(pid: int) -> int:
     """VmRSS of one process (statm's resident pages), 0 if it is gone."""
     try:

@@ -15,6 +15,7 @@ from bench import corpus, report
 from bench.documents import Density
 from bench.peer import run_peer
 from bench.pipeline import Bench, run_config
+from bench.procs import filesystem
 from bench.sse import line as sse_line
 from bench.sse import run_sse
 from bench.upload_rss import run_upload_rss
@@ -139,6 +140,12 @@ def prepare_corpora(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any
     return parse
 
 
+def s3_objects() -> dict[str, str]:
+    """Where the S3 server keeps the objects, and on what: its CPU per PUT depends on it."""
+    path = os.environ.get("PDFQUEUE_S3_DATA", "")
+    return {"path": path, "filesystem": filesystem(path) if path else "unknown"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = [] if args.only_sse else args.sizes
@@ -147,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench.from_environ(stamp.lower(), corpus.CACHE / f"logs-{stamp}")
     print(
         f"bench {stamp}: logs in {bench.log_dir}, objects under s3://{bench.bucket}/{bench.prefix}"
+        f" (the S3 server's files on {s3_objects()['filesystem']})"
     )
     asyncio.run(bench.prepare())
     parse = prepare_corpora(args, sizes)
@@ -202,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            "s3_objects": s3_objects(),
         },
         "options": vars(args),
         "parse_cost": parse,

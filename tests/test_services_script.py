@@ -8,6 +8,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import boto3
 import pytest
 
 from pdfqueue_dev.processes import free_port, wait_until
@@ -18,10 +19,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def services(command: str, state: Path, port: int) -> subprocess.CompletedProcess[str]:
+def services(
+    command: str, state: Path, port: int, only: str = "redis", **env: str
+) -> subprocess.CompletedProcess[str]:
+    name = {"redis": "PDFQUEUE_REDIS_PORT", "s3": "PDFQUEUE_S3_PORT"}[only]
     return subprocess.run(
-        ["bash", str(SERVICES), command, str(state), "--only", "redis"],
-        env={**os.environ, "PDFQUEUE_REDIS_PORT": str(port)},
+        ["bash", str(SERVICES), command, str(state), "--only", only],
+        env={**os.environ, name: str(port), **env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -75,4 +79,27 @@ def test_its_own_server_is_taken_again(tmp_path: Path) -> None:
         assert f"redis already answering on 127.0.0.1:{port}" in again.stderr
     finally:
         services("stop", state, port)
+    assert not answers(port)
+
+
+def test_the_s3_servers_objects_go_where_pdfqueue_s3_data_says(tmp_path: Path) -> None:
+    """`make bench` keeps the objects on tmpfs (the Makefile says why)."""
+    port, state, objects = free_port(), tmp_path / "state", tmp_path / "objects"
+    try:
+        started = services("start", state, port, "s3", PDFQUEUE_S3_DATA=str(objects))
+        assert started.returncode == 0, started.stderr
+        assert f"(data in {objects})" in started.stderr
+        client = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            aws_access_key_id="pdfqueue",
+            aws_secret_access_key="pdfqueue-secret",
+            region_name="us-east-1",
+        )
+        client.create_bucket(Bucket="kept-here")
+        client.put_object(Bucket="kept-here", Key="a.pdf", Body=b"%PDF-1.4")
+        assert (objects / "kept-here" / "a.pdf").read_bytes() == b"%PDF-1.4"
+        assert not (state / "s3").exists()
+    finally:
+        services("stop", state, port, "s3")
     assert not answers(port)

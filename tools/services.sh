@@ -12,6 +12,7 @@
 #
 # Ports (env overrides): PDFQUEUE_REDIS_PORT=16379 PDFQUEUE_PG_PORT=15432
 # PDFQUEUE_S3_PORT=17070.  Wait timeout per service: PDFQUEUE_SERVICES_TIMEOUT=60 (s).
+# Where versitygw keeps its objects: PDFQUEUE_S3_DATA=DIR/s3 (`make bench` puts them on tmpfs).
 # versitygw comes from ${PDFQUEUE_TOOLS_CACHE:-/var/cache/pdfqueue-tools}/bin and
 # is built with tools/build-binaries.sh s3 when missing.
 set -euo pipefail
@@ -234,13 +235,14 @@ s3_start() {
     return 0
   fi
   s3_http && not_ours versitygw "$S3_PORT"
-  mkdir -p "$DIR/s3"
+  local data="${PDFQUEUE_S3_DATA:-$DIR/s3}"
+  mkdir -p "$data"
   # setsid: detach from the caller's process group so it survives the shell.
   # --keep-alive: versitygw closes every connection after one response unless told otherwise,
   # so each GET/PUT would pay a new TCP connection (AWS S3 and MinIO keep connections open).
   ROOT_ACCESS_KEY_ID="$S3_ACCESS_KEY" ROOT_SECRET_ACCESS_KEY="$S3_SECRET_KEY" \
     setsid "$gw" --port "127.0.0.1:$S3_PORT" --region us-east-1 --quiet --keep-alive \
-    posix "$DIR/s3" </dev/null >>"$DIR/versitygw.log" 2>&1 &
+    posix "$data" </dev/null >>"$DIR/versitygw.log" 2>&1 &
   echo $! >"$DIR/versitygw.pid"
   local deadline=$((SECONDS + TIMEOUT))
   until s3_http; do
@@ -251,7 +253,7 @@ $(tail -n 20 "$DIR/versitygw.log")"
       die "versitygw did not answer HTTP on 127.0.0.1:$S3_PORT within ${TIMEOUT}s; see $DIR/versitygw.log"
     sleep 0.2
   done
-  say "versitygw up on http://127.0.0.1:$S3_PORT (data in $DIR/s3)"
+  say "versitygw up on http://127.0.0.1:$S3_PORT (data in $data)"
 }
 
 s3_stop() { stop_pidfile versitygw "$DIR/versitygw.pid"; }
