@@ -19,7 +19,9 @@ BENCH_STATE ?= $(CURDIR)/.state-bench
 BENCH_PORTS ?= PDFQUEUE_REDIS_PORT=16579 PDFQUEUE_PG_PORT=15632 PDFQUEUE_S3_PORT=17270
 BENCH_SHM := /dev/shm/pdfqueue-bench-$(shell id -u)
 BENCH_S3_DATA ?= $(if $(wildcard /dev/shm/.),$(BENCH_SHM),$(BENCH_STATE)/s3)
-# `make bench BENCH_ARGS="--densities typical --skip-peer"`: any of `python -m bench.run`'s options
+# `make bench BENCH_ARGS="--densities typical --skip-peer"`: options of `python -m bench.run`;
+# `make bench BENCH=mission BENCH_ARGS="--sizes 5000,50000"`: another of bench/'s programs
+BENCH ?= run
 BENCH_ARGS ?=
 # `make demo DEMO_ARGS="--port 8001 --no-wait"`: another port, and exit once the batch is done
 DEMO_ARGS ?=
@@ -32,12 +34,15 @@ help:
 	@echo "              (with the chart on real pods where containers can run; PYTEST_ARGS=--no-pods"
 	@echo "              or PDFQUEUE_PODS=0 skips them, PYTEST_ARGS=--pods fails where they cannot run)"
 	@echo "make lint   - ruff, mypy (strict on every package and bench/) and the import layer contracts"
-	@echo "make bench  - throughput and memory benchmarks against the seed peer"
+	@echo "make bench  - throughput and memory benchmarks against the seed peer, on services of"
+	@echo "              their own (BENCH=mission|load|... runs another of bench/'s programs)"
 
+# deps compiles the environment's bytecode once, as the images do: where PYTHONDONTWRITEBYTECODE
+# is set, every process (API, workers, each parsing pool) compiled its imports from source again.
 deps:  ## uv and the locked Python environment
 	@command -v uv >/dev/null || [ -x "$(UV)" ] || python3 -m pip install --quiet --user uv \
 	  || python3 -m pip install --quiet --break-system-packages uv
-	$(UV) sync --frozen --quiet
+	UV_COMPILE_BYTECODE=1 $(UV) sync --frozen --quiet
 	@bash tools/services.sh tesseract >/dev/null \
 	  || echo "no Tesseract (needs root for apt-get): scanned PDFs will be skipped as needs_ocr" >&2
 
@@ -75,7 +80,7 @@ bench: deps tools
 	export $(BENCH_PORTS) PDFQUEUE_S3_DATA=$(BENCH_S3_DATA); \
 	bash tools/services.sh start $(BENCH_STATE); \
 	eval "$$(bash tools/services.sh env $(BENCH_STATE))"; \
-	rc=0; $(UV) run python -m bench.run $(BENCH_ARGS) || rc=$$?; \
+	rc=0; $(UV) run python -m bench.$(BENCH) $(BENCH_ARGS) || rc=$$?; \
 	bash tools/services.sh stop $(BENCH_STATE); \
 	exit $$rc
 
