@@ -55,6 +55,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         storage=stores.storage,
         extractor=Extractor.from_settings(settings),
     )
+    await ctx["deps"].extractor.start()
     try:
         await ctx["deps"].db.check_users_table()
     except (DatabaseSchemaError, DatabaseUnavailable) as exc:

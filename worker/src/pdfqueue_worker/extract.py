@@ -311,6 +311,11 @@ def read_members(
     return out
 
 
+def _ready() -> bool:
+    """A pool task that does nothing: the pool starts all its processes for the first task."""
+    return True
+
+
 ENGINES: dict[str, Callable[..., Extraction]] = {"pdfium": read_pdf, "pypdf": read_pdf_pypdf}
 
 
@@ -384,6 +389,12 @@ class Extractor:
             "ocr_timeout_s": settings.ocr_timeout_s,
         }
         return cls(**(options | overrides))
+
+    async def start(self) -> None:
+        """Start the parsing processes now (pebble starts them for the first task): a worker
+        takes no job before it can parse, and its first job does not wait for the processes'
+        start (up to a second each on a busy node)."""
+        await self._schedule(self.timeout_s, _ready)
 
     async def extract(self, data: bytes, start_page: int = 0) -> Extraction:
         """Read up to the first page with a candidate; `start_page` continues from there.
