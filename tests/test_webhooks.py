@@ -213,6 +213,7 @@ async def test_a_receiver_down_for_20_s_still_gets_the_delivery(
         ("ftp://example.com/hook", "only https"),
         ("https://no-such-host.invalid/hook", "does not resolve"),
         ("https://example.com/\nX: y", "not a URL"),
+        ("https://example.com/" + "a" * 2100, "not a URL"),  # over 2,048 characters
     ],
 )
 async def test_unsafe_callbacks_are_refused_at_upload_and_nothing_is_stored(

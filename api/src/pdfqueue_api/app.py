@@ -187,9 +187,10 @@ def _add_routes(app: FastAPI) -> None:
         tenant: Tenant,
         service: Service,
         # No constraint, hence no validation answer to document besides a body's 422: any
-        # name is accepted, then sanitised and cut (display only).
+        # name is accepted, then sanitised and cut (display only); a callback_url is checked
+        # by `check_callback`, length included, so its 422 has this API's `detail` too.
         name: str | None = None,
-        callback_url: Annotated[str | None, Query(max_length=2048)] = None,
+        callback_url: str | None = None,
     ) -> BatchCreated:
         """Upload a ZIP of PDFs (raw `application/zip` body, or multipart field `file`).
 

@@ -55,7 +55,10 @@ async def startup(ctx: dict[str, Any]) -> None:
         storage=stores.storage,
         extractor=Extractor.from_settings(settings),
     )
-    await ctx["deps"].extractor.start()
+    try:
+        await ctx["deps"].extractor.start()
+    except Exception as exc:  # as before `start`: the first job starts the pool, or fails its PDFs
+        log.warning("the parsing processes did not start (%r); the first job tries again", exc)
     try:
         await ctx["deps"].db.check_users_table()
     except (DatabaseSchemaError, DatabaseUnavailable) as exc:

@@ -391,9 +391,9 @@ class Extractor:
         return cls(**(options | overrides))
 
     async def start(self) -> None:
-        """Start the parsing processes now (pebble starts them for the first task): a worker
-        takes no job before it can parse, and its first job does not wait for the processes'
-        start (up to a second each on a busy node)."""
+        """Start the parsing processes now (pebble starts them for the first task), so that a
+        worker's first job does not wait for the processes' start (up to a second each on a
+        busy node)."""
         await self._schedule(self.timeout_s, _ready)
 
     async def extract(self, data: bytes, start_page: int = 0) -> Extraction:
