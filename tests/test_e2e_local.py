@@ -40,11 +40,12 @@ def local_driver(
 
 
 def test_e2e_scenario_with_the_charts_processes(local_driver: LocalDriver, tmp_path: Path) -> None:
-    # 300 PDFs: with 60, one fast local worker could drain the backlog between two of the
-    # operator's 1 s ticks (seen once: [1, 0, 1, 0]); 300 take it several ticks.
-    seen = run_scenario(local_driver, tmp_path, files=300)
+    # 1,200 PDFs: one local worker must not drain the backlog between two of the operator's
+    # 1 s ticks. 60 did once ([1, 0, 1, 0]); 300 did too once workers started their parsing
+    # processes before their first job and parsed at 300-400 PDFs/s; 1,200 take it seconds.
+    seen = run_scenario(local_driver, tmp_path, files=1200)
     # scaled from zero, up, and back to zero; the workers that ran were the operator's doing
     counts = [n for _, n in seen.replicas]
     idle = counts.index(0)
-    assert max(counts[idle:]) >= 2, counts  # 300 PDFs at 20 per replica: more than one worker
+    assert max(counts[idle:]) >= 2, counts  # 1,200 PDFs at 20 per replica: more than one
     assert counts[-1] == 0, counts
