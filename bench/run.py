@@ -152,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     args.skip_upload_rss = args.skip_upload_rss or args.only_sse
     stamp = report.utc_stamp()
     bench = Bench.from_environ(stamp.lower(), corpus.CACHE / f"logs-{stamp}")
+    objects = s3_objects()
     print(
         f"bench {stamp}: logs in {bench.log_dir}, objects under s3://{bench.bucket}/{bench.prefix}"
-        f" (the S3 server's files on {s3_objects()['filesystem']})"
+        f" (the S3 server's files on {objects['filesystem']})"
     )
     asyncio.run(bench.prepare())
     parse = prepare_corpora(args, sizes)
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
-            "s3_objects": s3_objects(),
+            "s3_objects": objects,
         },
         "options": vars(args),
         "parse_cost": parse,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench.documents import PRODUCERS, Density, render
+from bench.procs import descendants, snapshot
 from pdfqueue.stores.storage.local import FileBackend
-from pdfqueue_dev.processes import proc_stats
 from pdfqueue_dev.rawpdf import assemble
 from pdfqueue_dev.samples import CLEAN, Expect, build_corpus, render_pdf
 from pdfqueue_worker.archive import Limits, Member, list_members
@@ -259,31 +259,22 @@ async def test_a_pdf_that_kills_its_group_fails_alone(tmp_path: Path) -> None:
         ex.close()
 
 
-def descendants(root: int) -> set[int]:
-    """The pids of every process below `root`."""
-    children: dict[int, list[int]] = {}
-    for pid, (_, fields) in proc_stats().items():
-        children.setdefault(int(fields[1]), []).append(pid)
-    found: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
+def below_me() -> set[int]:
+    """This process and every process below it."""
+    return set(descendants(os.getpid(), snapshot()))
 
 
 async def test_start_brings_up_every_parsing_process_before_the_first_pdf() -> None:
     """The worker calls `start` before it takes a job: a cold pool's start would otherwise be
     paid inside the first job's time."""
-    before = descendants(os.getpid())
+    before = below_me()
     ex = Extractor(
         processes=3, timeout_s=10, max_pages=50, memory_bytes=512 * 1024**2, tasks_per_process=50
     )
     try:
-        assert descendants(os.getpid()) == before  # pebble starts nothing until asked
+        assert below_me() == before  # pebble starts nothing until asked
         await ex.start()
         # the three parsing processes (and the forkserver above them, unless it already ran)
-        assert len(descendants(os.getpid()) - before) >= 3
+        assert len(below_me() - before) >= 3
     finally:
         ex.close()
