@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable
 from pathlib import Path
 
@@ -31,6 +32,16 @@ async def test_put_read_range_delete_round_trip(storage: Storage) -> None:
     await storage.delete(key)
     assert not await storage.exists(key)
     await storage.delete(key)  # deleting what is gone is no error, as on S3
+
+
+async def test_a_put_signs_the_digest_it_is_given_and_s3_checks_it(storage: Storage) -> None:
+    """The worker passes the digest it already computed for the key; the server checks the
+    body against it, so a wrong one stores nothing."""
+    await storage.put("hashed.pdf", DATA, sha256=hashlib.sha256(DATA).hexdigest())
+    assert await storage.read_range("hashed.pdf", 0, len(DATA)) == DATA
+    with pytest.raises(StorageError):
+        await storage.put("wrong.pdf", DATA, sha256=hashlib.sha256(b"other").hexdigest())
+    assert not await storage.exists("wrong.pdf")
 
 
 async def test_a_missing_object_is_object_not_found(storage: Storage) -> None:

@@ -40,3 +40,22 @@ def test_the_signature_is_botocores(
     ours = signed(BodySigV4(credentials, "eu-west-1", body))
     assert ours == signed(S3SigV4Auth(credentials, "s3", "eu-west-1"))
     assert ours["X-Amz-Content-SHA256"] == hashlib.sha256(body).hexdigest()
+
+
+def test_a_digest_the_caller_has_is_signed_as_if_hashed_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = datetime.datetime(2026, 11, 30, 16, 0, 0)
+    monkeypatch.setattr("botocore.auth.get_current_datetime", lambda: now)
+    credentials = Credentials("AKIDEXAMPLE", "secret/key").get_frozen_credentials()
+    url = "http://127.0.0.1:7070/pdfqueue/p/pdfs/7/x.pdf"
+
+    def signed(auth: S3SigV4Auth) -> dict[str, str]:
+        request = AWSRequest(method="PUT", url=url, data=BODY, headers={})
+        auth.add_auth(request)
+        return dict(request.headers.items())
+
+    digest = hashlib.sha256(BODY).hexdigest()
+    assert signed(BodySigV4(credentials, "eu-west-1", BODY, digest)) == signed(
+        BodySigV4(credentials, "eu-west-1", BODY)
+    )

@@ -376,7 +376,7 @@ async def _link(
     """
     decided: dict[FileRef, Decision] = {}
     claims: list[Claim] = []
-    objects: dict[str, bytes] = {}
+    objects: dict[str, tuple[bytes, str]] = {}
     for ref, (user, member, raw) in wave.items():
         data = await _inflated(deps, member, raw)
         sha256 = hashlib.sha256(data).hexdigest()
@@ -386,11 +386,13 @@ async def _link(
             decided[ref] = Decision(NO_LINK, skip, user.id, sha256, ocr=ref in ocr)
         else:
             claims.append(Claim(ref, user.id, key, sha256, ocr=ref in ocr))
-            objects[key] = data
+            objects[key] = data, sha256
     if not claims:
         return decided
     with stage("store"):
-        await asyncio.gather(*(deps.storage.put(key, data) for key, data in objects.items()))
+        await asyncio.gather(
+            *(deps.storage.put(key, data, sha256=h) for key, (data, h) in objects.items())
+        )
     with stage("claim"):
         decided.update(claimed := await deps.db.claim(claims))
     won = {c.object_key for c in claims if claimed[c.ref].outcome is Outcome.LINKED}

@@ -99,9 +99,11 @@ class Storage:
             return await self._s3.read_range(key, start, length)
         return await self.run(self.backend.read_range, key, start, length)
 
-    async def put(self, key: str, data: bytes) -> None:
+    async def put(self, key: str, data: bytes, *, sha256: str | None = None) -> None:
+        """Store `data` under `key`; `sha256`, its hex digest when the caller has it (the
+        S3 request signs it, and the server checks the body against it)."""
         if self._s3 is not None:
-            await self._s3.put(key, data)
+            await self._s3.put(key, data, sha256)
         else:
             await self.run(self.backend.put, key, data)
 

@@ -50,14 +50,18 @@ class BodySigV4(S3SigV4Auth):
     """botocore's S3 signer, hashing the body it is given: the stock `payload` reads
     `request.body`, which prepares the whole request again (a twentieth of a worker's
     event loop). The signature is the same: over http and https alike the payload's
-    SHA-256 is signed."""
+    SHA-256 is signed. `sha256`, the body's hex digest when the caller already has it,
+    saves hashing the body again (S3 refuses a body that does not match it)."""
 
-    def __init__(self, credentials: Any, region: str, body: bytes) -> None:
+    def __init__(
+        self, credentials: Any, region: str, body: bytes, sha256: str | None = None
+    ) -> None:
         super().__init__(credentials, "s3", region)
         self.body = body
+        self.sha256 = sha256
 
     def payload(self, request: AWSRequest) -> str:
-        return hashlib.sha256(self.body).hexdigest()
+        return self.sha256 or hashlib.sha256(self.body).hexdigest()
 
 
 class AsyncS3:
@@ -93,8 +97,9 @@ class AsyncS3:
         # 206 as asked; a server that ignores Range answers 200 with the whole object
         return data[start : start + length] if status == 200 else data
 
-    async def put(self, key: str, data: bytes) -> None:
-        await self._request("PUT", key, body=data, headers={"Content-Type": "application/pdf"})
+    async def put(self, key: str, data: bytes, sha256: str | None = None) -> None:
+        headers = {"Content-Type": "application/pdf"}
+        await self._request("PUT", key, body=data, headers=headers, sha256=sha256)
 
     async def delete(self, key: str) -> None:
         await self._request("DELETE", key)
@@ -129,24 +134,32 @@ class AsyncS3:
             )
         return self._session
 
-    def _sign(self, method: str, url: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
+    def _sign(
+        self, method: str, url: str, body: bytes, headers: dict[str, str], sha256: str | None
+    ) -> dict[str, str]:
         credentials = self.client._get_credentials()  # the client's provider chain
         if credentials is None:
             raise StorageError(f"S3 unreachable: {NoCredentialsError()}")
         request = AWSRequest(method=method, url=url, data=body, headers=headers)
         frozen = credentials.get_frozen_credentials()
-        BodySigV4(frozen, self.client.meta.region_name, body).add_auth(request)
+        BodySigV4(frozen, self.client.meta.region_name, body, sha256).add_auth(request)
         return dict(request.headers.items())
 
     async def _request(
-        self, method: str, key: str, *, body: bytes = b"", headers: dict[str, str] | None = None
+        self,
+        method: str,
+        key: str,
+        *,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        sha256: str | None = None,
     ) -> tuple[int, bytes]:
         """Status and body of a 2xx answer; retries what botocore retries, then raises."""
         url = self._url(key)
         attempt = 0
         while True:
             attempt += 1
-            signed = self._sign(method, url, body, headers or {})
+            signed = self._sign(method, url, body, headers or {}, sha256)
             try:
                 async with self._http().request(
                     method, URL(url, encoded=True), data=body or None, headers=signed
