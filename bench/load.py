@@ -121,7 +121,7 @@ class StubExtractor:
 async def _startup(ctx: dict[str, Any]) -> None:
     """`pdfqueue_worker.app.startup` with the real stores and stub storage and parsing."""
     settings: Settings = ctx["settings"]
-    pool = await connect(settings.database_url, max_size=settings.worker_max_jobs + 4)
+    pool = await connect(settings.database_url, max_size=settings.max_jobs + 4)
     db = Database(pool, settings.users_table)
     ctx["deps"] = Deps(
         settings=settings,
@@ -343,6 +343,8 @@ def _configure(run_id: str) -> Settings:
         OTEL_SDK_DISABLED="true",
         OTEL_TRACES_EXPORTER="none",
     )
+    # each simulated worker is the chart's pod: one parser, so 4 jobs at once
+    os.environ.setdefault("PDFQUEUE_EXTRACT_PROCESSES", "1")
     return Settings()
 
 
@@ -354,7 +356,7 @@ def _max_workers(dsn: str, settings: Settings) -> int:
         finally:
             await conn.close()
 
-    return (asyncio.run(limit()) - SPARE_CONNECTIONS) // (settings.worker_max_jobs + 4)
+    return (asyncio.run(limit()) - SPARE_CONNECTIONS) // (settings.max_jobs + 4)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue_api.auth import tenant_for
+from pdfqueue_worker.app import build_worker
 
 
 def test_tokens_plain_and_hashed() -> None:
@@ -36,6 +37,27 @@ def test_tokens_plain_and_hashed() -> None:
 def test_bad_settings_say_what_is_wrong(field: str, value: str, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Settings(**{field: value})
+
+
+def test_a_worker_runs_four_jobs_per_parsing_process_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings(extract_processes=1).max_jobs == 4  # the chart's pod
+    assert Settings(extract_processes=2).max_jobs == 8
+    assert Settings(extract_processes=2, worker_max_jobs=3).max_jobs == 3
+    monkeypatch.setattr("os.cpu_count", lambda: 6)
+    assert Settings().parsing_processes == 6  # one per CPU
+    assert Settings().max_jobs == 24
+    with pytest.raises(ValidationError):
+        Settings(worker_max_jobs=-1)
+
+
+async def test_the_worker_takes_its_jobs_from_max_jobs(settings: Settings) -> None:
+    worker = build_worker(settings.model_copy(update={"worker_max_jobs": 0}))
+    try:
+        assert worker.max_jobs == 4 * settings.extract_processes
+    finally:
+        await worker.close()
 
 
 def test_shutdown_rule_is_enforced() -> None:

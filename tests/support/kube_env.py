@@ -249,7 +249,7 @@ async def start_operator(
             "PDFQUEUE_KUBECONFIG": str(operator_kubeconfig),
             "PDFQUEUE_QUEUE_NAME": settings.queue_name,
             "PDFQUEUE_STORAGE_URL": settings.storage_url,
-            "PDFQUEUE_WORKER_MAX_JOBS": str(settings.worker_max_jobs),
+            "PDFQUEUE_WORKER_MAX_JOBS": str(settings.max_jobs),
             "PDFQUEUE_OPERATOR_HEALTH_PORT": str(health),
             "PDFQUEUE_METRICS_PORT": str(metrics_port),
             "PDFQUEUE_OPERATOR_SCALE_INTERVAL_S": "0.25",

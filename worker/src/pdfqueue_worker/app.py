@@ -70,13 +70,13 @@ async def startup(ctx: dict[str, Any]) -> None:
             exc,
         )
     metrics.register("worker")
-    metrics.WORKER_MAX_JOBS.set(settings.worker_max_jobs)
+    metrics.WORKER_MAX_JOBS.set(settings.max_jobs)
     ctx["gauges"] = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
     ctx["gauges"].start()
     ctx["heartbeat"] = heartbeat.start(redis, settings)
     if settings.dispatch_fair:
         dispatcher = Dispatcher.from_settings(redis, settings)
-        ticker = dispatch_ticker(dispatcher, settings.dispatch_tick_s, settings.worker_max_jobs)
+        ticker = dispatch_ticker(dispatcher, settings.dispatch_tick_s, settings.max_jobs)
         ctx["dispatch"] = ticker
         ctx["dispatch"].start()
 
@@ -141,7 +141,7 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
         # Workers wait for Redis to come back (producers, by contrast, fail fast).
         "redis_settings": replace(RedisSettings.from_dsn(settings.redis_url), conn_retries=120),
         "queue_name": settings.queue_name,
-        "max_jobs": settings.worker_max_jobs,
+        "max_jobs": settings.max_jobs,
         "poll_delay": settings.worker_poll_delay_s,
         "job_timeout": settings.arq_timeout_s,
         "job_completion_wait": settings.job_completion_wait_s,

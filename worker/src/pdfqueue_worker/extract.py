@@ -379,7 +379,7 @@ class Extractor:
         """The worker's extractor for these settings (the one place that maps them);
         `overrides` are for benchmarks and tests (`processes=1`, `engine="pypdf"`)."""
         options: dict[str, Any] = {
-            "processes": settings.extract_processes,
+            "processes": settings.parsing_processes,
             "timeout_s": settings.extract_timeout_s,
             "max_pages": settings.extract_max_pages,
             "memory_bytes": settings.extract_memory_bytes,

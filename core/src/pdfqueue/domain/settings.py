@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +25,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pdfqueue.domain.errors import ConfigurationError
 
 ARQ_TIMEOUT_MARGIN_S = 5.0
+JOBS_PER_PARSER = 4
+"""Jobs a worker runs at once per parsing process, unless PDFQUEUE_WORKER_MAX_JOBS says:
+enough that one job's parsing overlaps the others' reads, queries and PUTs."""
 """Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -265,17 +269,18 @@ class Settings(BaseSettings):
     # --- worker -------------------------------------------------------------------------------
     queue_name: str = "pdfqueue:queue"
     """The arq queue (a Redis sorted set)."""
-    worker_max_jobs: int = 4
-    """Jobs one worker runs at once; with `pdfs_per_job` this bounds the PDFs in flight
-    (64 by default), enough to keep a parser busy while others wait on I/O."""
+    worker_max_jobs: int = Field(default=0, ge=0)
+    """Jobs one worker runs at once; with `pdfs_per_job` this bounds the PDFs in flight.
+    0: JOBS_PER_PARSER (4) per parsing process (`max_jobs`). Four jobs kept one parser busy
+    but left two underfed (3.1 jobs in flight, a tenth of the host idle)."""
     pdfs_per_job: int = Field(default=16, ge=1, le=1000)
     """PDFs one `process` job handles: neighbours in the ZIP, read with one ranged GET and
     matched with one query. Each still gets its own outcome, and a retry redoes only the
     PDFs without one."""
     worker_poll_delay_s: float = 0.05
     """How often an idle worker asks Redis for ready jobs (arq's default 0.5 s caps throughput)."""
-    extract_processes: int = 0
-    """Processes parsing PDFs per worker; 0 means one per CPU."""
+    extract_processes: int = Field(default=0, ge=0)
+    """Processes parsing PDFs per worker; 0 means one per CPU (`parsing_processes`)."""
     extract_timeout_s: float = 10.0
     """Hard limit for reading one PDF; the parsing process is killed after it. Keep it under
     PDFQUEUE_JOB_TIMEOUT_S - 4 s, the time a job gives parsing, or a PDF at the limit is
@@ -493,6 +498,18 @@ class Settings(BaseSettings):
         if self.otel_traces_exporter:
             return "otlp" in _entries(self.otel_traces_exporter.lower())
         return bool(self.otel_exporter_otlp_endpoint)
+
+    @property
+    def parsing_processes(self) -> int:
+        """Parsing processes per worker: `extract_processes`, or one per CPU of this host."""
+        return self.extract_processes or os.cpu_count() or 1
+
+    @property
+    def max_jobs(self) -> int:
+        """Jobs one worker runs at once: `worker_max_jobs`, or JOBS_PER_PARSER per parsing
+        process. Where the reader is not the worker (the operator's default target per
+        replica), 0 counts the reader's CPUs: the chart sets both values."""
+        return self.worker_max_jobs or JOBS_PER_PARSER * self.parsing_processes
 
     @cached_property
     def arq_timeout_s(self) -> float:

@@ -48,9 +48,7 @@ WORKER_STORAGE_CONNECTIONS = 16
 
 def worker_role(settings: Settings) -> Role:
     """A job claims its PDFs concurrently: connections and S3 requests scale with it."""
-    return Role(
-        "worker", 1, settings.worker_max_jobs + 4, WORKER_STORAGE_CONNECTIONS, scoped_users=True
-    )
+    return Role("worker", 1, settings.max_jobs + 4, WORKER_STORAGE_CONNECTIONS, scoped_users=True)
 
 
 @dataclass(frozen=True)

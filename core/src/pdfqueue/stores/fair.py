@@ -79,7 +79,7 @@ class Dispatcher:
             tenant_window=settings.dispatch_tenant_window_jobs,
             batch_window=settings.dispatch_batch_window_jobs,
             quantum=settings.pdfs_per_job,
-            window_floor=2 * settings.worker_max_jobs,
+            window_floor=2 * settings.max_jobs,
             weights=settings.dispatch_tenant_weights,
             caps=settings.dispatch_tenant_inflight_caps,
         )
