@@ -48,6 +48,9 @@ def test_a_worker_runs_four_jobs_per_parsing_process_unless_told(
     monkeypatch.setattr("os.cpu_count", lambda: 6)
     assert Settings().parsing_processes == 6  # one per CPU
     assert Settings().max_jobs == 24
+    # the operator's fallback per replica: one parser's jobs, not 4 per CPU of the operator's node
+    assert Settings().replica_jobs == 4
+    assert Settings(worker_max_jobs=6).replica_jobs == 6
     with pytest.raises(ValidationError):
         Settings(worker_max_jobs=-1)
 

@@ -108,7 +108,7 @@ class Autoscaler:
             policy = ScalePolicy.from_annotations(
                 dict(deployment.annotations),
                 queue=self.settings.queue_name,
-                target_per_replica=self.settings.max_jobs,
+                target_per_replica=self.settings.replica_jobs,
             )
         except InvalidPolicy as exc:
             await self.refuse(deployment, "InvalidScalingAnnotation", str(exc))

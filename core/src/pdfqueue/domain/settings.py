@@ -506,10 +506,17 @@ class Settings(BaseSettings):
 
     @property
     def max_jobs(self) -> int:
-        """Jobs one worker runs at once: `worker_max_jobs`, or JOBS_PER_PARSER per parsing
-        process. Where the reader is not the worker (the operator's default target per
-        replica), 0 counts the reader's CPUs: the chart sets both values."""
+        """Jobs this worker runs at once: `worker_max_jobs`, or JOBS_PER_PARSER per parsing
+        process."""
         return self.worker_max_jobs or JOBS_PER_PARSER * self.parsing_processes
+
+    @property
+    def replica_jobs(self) -> int:
+        """The operator's backlog per worker replica where a Deployment does not say
+        (`pdfqueue.io/target-per-replica`): `worker_max_jobs`, or JOBS_PER_PARSER, one
+        parsing process's worth (the chart's pod). The operator cannot count a worker's CPUs,
+        and its own are no guide."""
+        return self.worker_max_jobs or JOBS_PER_PARSER
 
     @cached_property
     def arq_timeout_s(self) -> float:
