@@ -25,10 +25,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pdfqueue.domain.errors import ConfigurationError
 
 ARQ_TIMEOUT_MARGIN_S = 5.0
+"""Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
 JOBS_PER_PARSER = 4
 """Jobs a worker runs at once per parsing process, unless PDFQUEUE_WORKER_MAX_JOBS says:
 enough that one job's parsing overlaps the others' reads, queries and PUTs."""
-"""Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
