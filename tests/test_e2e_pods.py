@@ -177,6 +177,9 @@ class PodsDriver(ClusterDriver):
     def worker_replicas(self) -> int:
         return int(self.get("deployment", f"{RELEASE}-worker")["spec"].get("replicas") or 0)
 
+    def workers_alive(self) -> int:
+        return len(self.pods("worker"))  # terminating ones are listed until they are gone
+
     def pods(self, component: str) -> list[dict[str, Any]]:
         sel = f"app.kubernetes.io/component={component}"
         items: list[dict[str, Any]] = self.get("pods", "-l", sel)["items"]

@@ -199,6 +199,19 @@ class KindDriver:
         )
         return int(out or 0)
 
+    def workers_alive(self) -> int:
+        out = self.kubectl(
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "app.kubernetes.io/component=worker",
+            "-o",
+            "name",
+        )
+        return len(out.split())
+
     def diagnostics(self) -> str:
         parts: list[Any] = []
         for args in (

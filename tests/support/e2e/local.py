@@ -226,8 +226,9 @@ class LocalDriver:
             while len(self.workers) < want:
                 n = len(self.logs)
                 self.workers.append(self.start_container("worker", "worker", f"worker-{n}"))
-            while len(self.workers) > want:
-                _terminate(self.workers.pop(), grace_s=grace)
+            while len(self.workers) > want:  # listed while it drains, as a terminating pod
+                _terminate(self.workers[-1], grace_s=grace)
+                self.workers.pop()
             self._stop.wait(0.5)
 
     # ---- ClusterDriver ---------------------------------------------------------------------
@@ -245,6 +246,9 @@ class LocalDriver:
             "jsonpath={.spec.replicas}",
         ).stdout
         return int(out or 0)
+
+    def workers_alive(self) -> int:
+        return sum(w.poll() is None for w in list(self.workers))
 
     def diagnostics(self) -> str:
         parts = []

@@ -42,6 +42,10 @@ class ClusterDriver(Protocol):
         """spec.replicas of the worker Deployment (what the operator decided)."""
         ...
 
+    def workers_alive(self) -> int:
+        """Worker pods or processes that still exist, those draining after a scale-down too."""
+        ...
+
     def diagnostics(self) -> str:
         """Logs and state worth reading when the scenario fails."""
         ...
@@ -87,10 +91,12 @@ def run_scenario(
         seen.note_replicas(n)
         return n
 
-    # 1. Idle: the operator has scaled the workers to zero.
+    # 1. Idle: the operator has scaled the workers to zero, and the last one has stopped: a
+    #    worker told to stop a moment ago could otherwise take the whole batch on its way out,
+    #    before the operator's next look at the queue.
     wait_until(
-        lambda: replicas() == 0,
-        "the idle workers scaled to zero",
+        lambda: replicas() == 0 and driver.workers_alive() == 0,
+        "the idle workers scaled to zero and stopped",
         settle_s,
         interval_s=0.5,
         diagnostics=driver.diagnostics,
