@@ -64,7 +64,7 @@ async def one(extractor: Extractor, engine: str, data: bytes) -> dict[str, Any]:
 
 async def run_engine(engine: str, files: list[Path], settings: Settings) -> dict[str, Any]:
     extractor = Extractor.from_settings(settings, engine=engine)
-    limit = asyncio.Semaphore(max(1, settings.extract_processes))
+    limit = asyncio.Semaphore(settings.parsing_processes)  # one PDF per parsing process
     per_file: dict[str, dict[str, Any]] = {}
 
     async def guarded(path: Path) -> None:

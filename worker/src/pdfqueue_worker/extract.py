@@ -366,7 +366,7 @@ class Extractor:
         self.ocr_timeout_s = ocr_timeout_s
         self.tessdata = tessdata
         self.pool = ProcessPool(
-            max_workers=processes or os.cpu_count() or 1,
+            max_workers=processes,  # from_settings resolves "one per CPU" (parsing_processes)
             max_tasks=tasks_per_process,
             initializer=_prepare,
             initargs=(memory_bytes,),
