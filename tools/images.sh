@@ -84,9 +84,8 @@ bud() {
   local name=$1 ref=$2 ctx=$3 file=$4; shift 4
   if have_image "$ref"; then record "$name" "$ref" cached; return 0; fi
   say "building $ref from $file"
-  local log="$OUT/logs/$name.log" mounts=() before
+  local log="$OUT/logs/$name.log" mounts=()
   mapfile -t mounts < <(build_mounts)
-  before="$(buildah containers --format '{{.ContainerID}}' 2>/dev/null | sort)"
   if ! "${NICE[@]}" buildah bud --layers --network host --format oci "${mounts[@]}" \
     -f "$file" -t "$ref" "$@" "$ctx" >"$log" 2>&1; then
     # The failing instruction is the last "STEP n/m: ..." buildah printed.
@@ -94,18 +93,18 @@ bud() {
     tail -n 30 "$log" >&2
     die "see $log"
   fi
-  drop_stage_containers "$before"
   record "$name" "$ref" built
 }
 
-# drop_stage_containers BEFORE: buildah 1.28 leaves behind, mounted, the working container of a
-# stage that is only copied from (`FROM $UV_IMAGE AS uv`): remove those this build made.
-drop_stage_containers() {
-  local id image
-  while read -r id image; do
-    grep -qxF "$id" <<<"$1" && continue
-    [ "$image" = "${UV_REF:-}" ] && buildah rm "$id" >/dev/null
-  done < <(buildah containers --format '{{.ContainerID}} {{.ImageName}}' 2>/dev/null)
+# A build's working containers: buildah 1.28 leaves behind, mounted, the one of a stage that is only
+# copied from (`FROM $UV_IMAGE AS uv`), and a failed or interrupted build leaves its own. Each holds
+# a copy of its image's layers, so every container a build run made goes when the run ends.
+containers() { buildah containers --quiet --notruncate 2>/dev/null | sort; }
+drop_run_containers() {
+  local id
+  while IFS= read -r id; do
+    [ -n "$id" ] && buildah rm "$id" >/dev/null 2>&1
+  done < <(comm -13 <(printf '%s\n' "$RUN_CONTAINERS") <(containers))
   return 0
 }
 
@@ -371,6 +370,8 @@ build_all() {
   # One build at a time per cache.
   exec 8>"$OUT/.lock"
   flock 8
+  RUN_CONTAINERS="$(containers)"
+  trap drop_run_containers EXIT
   rm -f "$OUT/refs.env.tmp"
   local t0=$SECONDS
   build_debian
@@ -383,7 +384,57 @@ build_all() {
   build_curl
   build_pause
   mv -f "$OUT/refs.env.tmp" "$OUT/refs.env"
+  prune
   say "all images ready in $((SECONDS - t0)) s"
+}
+
+# prune: every change to the code is a new set of app images (~1.7 GB of archives and as much in
+# buildah's storage), so the cache keeps, per image, the refs of the last two builds (this one and
+# the one before it, for a second checkout at other code) and removes older archives and images.
+prune() {
+  local hist="$OUT/refs.history" keep f ref
+  cat "$OUT/refs.env" >>"$hist"
+  # newest first: the first two distinct refs of each NAME
+  keep="$(tac "$hist" | awk -F= '!seen[$0]++ && n[$1]++ < 2' | tac)"
+  printf '%s\n' "$keep" >"$hist.tmp" && mv -f "$hist.tmp" "$hist"
+  keep="$(cut -d= -f2- <<<"$keep")"
+  for f in "$OUT"/*.tar; do
+    [ -e "$f" ] || continue
+    while IFS= read -r ref; do
+      [ "$f" = "$(archive "$ref")" ] && continue 2
+    done <<<"$keep"
+    say "pruning $(basename "$f")"
+    rm -f "$f"
+  done
+  while IFS= read -r ref; do
+    grep -qxF "$ref" <<<"$keep" && continue
+    say "pruning $ref"
+    buildah rmi "$ref" >/dev/null 2>&1 || true
+  done < <(buildah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep '^localhost/pdfqueue')
+  prune_layer_cache "$keep"
+}
+
+# prune_layer_cache KEPT_REFS: the builds' intermediate images (buildah's layer cache) have no
+# name. Those made before the oldest kept build (less 15 minutes: its own builder stage comes
+# first) are removed, leaves first. The dependency layers stay while a kept build descends from them.
+prune_layer_cache() {
+  local cutoff=0 ref t id created old
+  while IFS= read -r ref; do
+    case "$ref" in localhost/pdfqueue-api:*|localhost/pdfqueue-worker:*|localhost/pdfqueue-operator:*) ;; *) continue ;; esac
+    t="$(buildah inspect --type image --format '{{.OCIv1.Created}}' "$ref" 2>/dev/null)" || continue
+    t="$(date -d "${t% UTC}" +%s)"
+    { [ "$cutoff" = 0 ] || [ "$t" -lt "$cutoff" ]; } && cutoff=$t
+  done <<<"$1"
+  [ "$cutoff" = 0 ] && return 0
+  cutoff=$((cutoff - 900))
+  while :; do
+    old=()
+    while read -r id created; do
+      [ "$(date -d "${created% UTC}" +%s)" -lt "$cutoff" ] && old+=("$id")
+    done < <(buildah images --filter dangling=true --format '{{.ID}} {{.CreatedAtRaw}}' 2>/dev/null)
+    [ ${#old[@]} -eq 0 ] && return 0
+    buildah rmi "${old[@]}" >/dev/null 2>&1 || return 0
+  done
 }
 
 # archive REF: the image archive exported for REF (for `ctr images import`).
