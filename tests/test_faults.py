@@ -40,7 +40,7 @@ def fault_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service
     assert (svc.state / "redis.pid").exists(), f"another Redis holds port {svc.ports}"
     assert (svc.state / "versitygw.pid").exists(), f"another S3 server holds port {svc.ports}"
     yield svc
-    svc.run("stop")
+    svc.run("destroy")
 
 
 @pytest.fixture

@@ -22,9 +22,14 @@ pytestmark = pytest.mark.skipif(
 def services(
     command: str, state: Path, port: int, only: str = "redis", **env: str
 ) -> subprocess.CompletedProcess[str]:
-    name = {"redis": "PDFQUEUE_REDIS_PORT", "s3": "PDFQUEUE_S3_PORT"}[only]
+    name = {
+        "redis": "PDFQUEUE_REDIS_PORT",
+        "postgres": "PDFQUEUE_PG_PORT",
+        "s3": "PDFQUEUE_S3_PORT",
+    }[only]
+    scope = [] if command == "destroy" else ["--only", only]
     return subprocess.run(
-        ["bash", str(SERVICES), command, str(state), "--only", only],
+        ["bash", str(SERVICES), command, str(state), *scope],
         env={**os.environ, name: str(port), **env},
         capture_output=True,
         text=True,
@@ -103,3 +108,22 @@ def test_the_s3_servers_objects_go_where_pdfqueue_s3_data_says(tmp_path: Path) -
     finally:
         services("stop", state, port, "s3")
     assert not answers(port)
+
+
+def test_destroy_also_deletes_the_postgresql_data_kept_outside_the_folder(tmp_path: Path) -> None:
+    """A folder PostgreSQL's user cannot reach (pytest's, mode 0700) gets its data in /var/tmp:
+    the fault tests make one per run, 50 MB each, and nothing else would delete it."""
+    port, state = free_port(), tmp_path / "state"
+    try:
+        started = services("start", state, port, "postgres")
+        assert started.returncode == 0, started.stderr
+        data = (state / "pg").resolve()
+        assert (data / "PG_VERSION").exists()
+        if os.geteuid() == 0:  # root runs PostgreSQL as its own user, which cannot enter tmp_path
+            assert not data.is_relative_to(state), data
+    finally:
+        destroyed = services("destroy", state, port, "postgres")
+    assert destroyed.returncode == 0, destroyed.stderr
+    assert not answers(port)
+    assert not state.exists()
+    assert not data.exists()

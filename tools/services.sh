@@ -5,6 +5,7 @@
 # Usage:
 #   tools/services.sh start DIR [--no-s3]   start (idempotent) and wait until answering
 #   tools/services.sh stop DIR              stop what was started for DIR
+#   tools/services.sh destroy DIR           stop, then delete DIR and the data kept for it elsewhere
 #   ... start|stop DIR --only redis|postgres|s3   just that one (fault-injection tests)
 #   tools/services.sh env DIR               print `export` lines for the app/tests
 #   tools/services.sh prometheus            install Debian's prometheus + promtool (service
@@ -31,7 +32,7 @@ die() { echo "services: ERROR: $*" >&2; exit 1; }
 say() { echo "services: $*" >&2; }
 
 usage() {
-  echo "usage: $0 start DIR [--no-s3] | stop DIR | env DIR | prometheus | chromium | tesseract" >&2
+  echo "usage: $0 start DIR [--no-s3] | stop DIR | destroy DIR | env DIR | prometheus | chromium | tesseract" >&2
   exit 2
 }
 
@@ -331,6 +332,15 @@ case "$cmd" in
     if wants s3; then s3_stop; fi
     if wants postgres; then pg_stop; fi
     if wants redis; then redis_stop; fi
+    ;;
+  destroy)
+    [ -z "$ONLY" ] || usage
+    [ -d "$DIR" ] || exit 0
+    DIR="$(cd "$DIR" && pwd)"
+    s3_stop; pg_stop; redis_stop
+    # PostgreSQL's data lives in /var/tmp when its user cannot reach DIR (see pg_datadir)
+    if [ -L "$DIR/pg" ]; then rm -rf "$(readlink -f "$DIR/pg")"; fi
+    rm -rf "$DIR"
     ;;
   env) print_env ;;
   *) usage ;;
