@@ -188,6 +188,13 @@ class PodsDriver(ClusterDriver):
     def diagnostics(self) -> str:
         parts = []
         for args in (
+            (
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={range .items[*].status.conditions[*]}"
+                "{.type}={.status} {.message}{'\\n'}{end}",
+            ),
             ("get", "pods,deployments,statefulsets,pvc,pdfbatches", "-o", "wide"),
             ("get", "events", "--sort-by=.lastTimestamp"),
             ("logs", f"deployment/{RELEASE}-operator", "--tail=60"),
@@ -236,15 +243,18 @@ def release(real_node: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     _run(KUBECTL, f"--kubeconfig={real_node}", "create", "namespace", namespace)
     try:
         started = time.monotonic()
-        driver.helm(
-            "install",
-            RELEASE,
-            str(CHART),
-            *driver.values,
-            "--wait",
-            "--timeout",
-            "10m",
-        )
+        try:
+            driver.helm(
+                "install",
+                RELEASE,
+                str(CHART),
+                *driver.values,
+                "--wait",
+                "--timeout",
+                "10m",
+            )
+        except AssertionError as exc:  # say why the pods did not become Ready
+            raise AssertionError(f"{exc}\n{driver.diagnostics()}") from None
         print(f"helm install --wait took {time.monotonic() - started:.0f}s")
         driver.api_url = driver.service_url("api", 80)
         yield driver

@@ -25,6 +25,7 @@ NODE_NAME="$(hostname | tr '[:upper:]' '[:lower:]')"
 PV_COUNT="${PDFQUEUE_NODE_PVS:-8}"
 OWNER_FILE=/run/pdfqueue-real-node.owner
 CNI_BIN="${PDFQUEUE_CNI_BIN:-/usr/lib/cni}"
+NODE_DISK_MARGIN=$((2 << 30))   # bytes free beyond the images: the pods' data, logs, emptyDirs
 
 node_die() { die "real node: $*"; }
 # node_cannot: this machine cannot run containers at all (the pod tests skip, exit 3), unlike
@@ -239,18 +240,36 @@ EOF
 
 containerd_ready() { ctr --address "$(CTRD_SOCK)" version; }
 
-# import_images: every node image (tools/images.sh) not yet in containerd's k8s.io namespace.
+# import_images: every node image (tools/images.sh) not yet in containerd's k8s.io namespace, once
+# the disk has room for them; then the node keeps only these (a warm node outlives code changes).
 import_images() {
-  local have line ref
+  local have line ref refs=() missing=() need=0 free
   have="$(ctr_ images ls -q 2>/dev/null || true)"
   while IFS= read -r line; do
     ref="${line#*=}"
     case "$line" in API=*|WORKER=*|OPERATOR=*|REDIS=*|POSTGRES=*|VERSITYGW=*|CURL=*|PAUSE=*) ;; *) continue ;; esac
+    refs+=("$ref")
     grep -qxF "$ref" <<<"$have" && continue
+    missing+=("$ref")
+    need=$((need + $(stat -c %s "$(bash "$HERE/images.sh" archive "$ref")")))
+  done < <(bash "$HERE/images.sh" refs)
+  # An image unpacks to about its archive's size again; the pods' logs, volumes and data need room
+  # too. A disk that fills up mid-run fails pods in ways that say nothing about the cause.
+  free=$(($(df --output=avail -B1 "$DIR" | tail -n 1)))
+  need=$((2 * need + NODE_DISK_MARGIN))
+  [ "$free" -ge "$need" ] ||
+    node_die "$((free >> 20)) MiB free on the disk of $DIR; the node needs $((need >> 20)) MiB (its images unpacked, and $((NODE_DISK_MARGIN >> 20)) MiB for the pods): free some space"
+  for ref in "${missing[@]}"; do
     say "importing $ref into containerd"
     ctr_ images import "$(bash "$HERE/images.sh" archive "$ref")" >/dev/null ||
       node_die "cannot import $ref into containerd"
-  done < <(bash "$HERE/images.sh" refs)
+  done
+  while IFS= read -r ref; do
+    case "$ref" in localhost/pdfqueue*) ;; *) continue ;; esac
+    printf '%s\n' "${refs[@]}" | grep -qxF "$ref" && continue
+    say "removing $ref from containerd (no longer built)"
+    ctr_ images rm "$ref" >/dev/null 2>&1 || true
+  done <<<"$have"
 }
 
 # ---- kubelet -------------------------------------------------------------------------------------
@@ -286,8 +305,10 @@ failSwapOn: false
 serializeImagePulls: false
 registerNode: true
 maxPods: 60
-# Disk-based eviction off on a shared build machine: only memory pressure evicts.
-evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+# Disk-based eviction off ("0%" disables a threshold): the node shares the build machine's disk,
+# whose free share says nothing about the node's own use, and a DiskPressure taint would leave the
+# chart's pods Pending until helm's --wait times out. import_images checks the room the node needs.
+evictionHard: {memory.available: "100Mi", nodefs.available: "0%", imagefs.available: "0%", nodefs.inodesFree: "0%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
