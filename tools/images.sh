@@ -392,17 +392,16 @@ build_all() {
 # buildah's storage), so the cache keeps, per image, the refs of the last two builds (this one and
 # the one before it, for a second checkout at other code) and removes older archives and images.
 prune() {
-  local hist="$OUT/refs.history" keep f ref
+  local hist="$OUT/refs.history" keep archives f ref
   cat "$OUT/refs.env" >>"$hist"
   # newest first: the first two distinct refs of each NAME
   keep="$(tac "$hist" | awk -F= '!seen[$0]++ && n[$1]++ < 2' | tac)"
   printf '%s\n' "$keep" >"$hist.tmp" && mv -f "$hist.tmp" "$hist"
   keep="$(cut -d= -f2- <<<"$keep")"
+  archives="$(while IFS= read -r ref; do archive "$ref"; done <<<"$keep")"
   for f in "$OUT"/*.tar; do
     [ -e "$f" ] || continue
-    while IFS= read -r ref; do
-      [ "$f" = "$(archive "$ref")" ] && continue 2
-    done <<<"$keep"
+    grep -qxF "$f" <<<"$archives" && continue
     say "pruning $(basename "$f")"
     rm -f "$f"
   done
@@ -414,6 +413,9 @@ prune() {
   prune_layer_cache "$keep"
 }
 
+# epoch TIME: seconds since 1970 of a time as buildah prints it ("2026-11-30 07:14:52.7 +0000 UTC").
+epoch() { date -d "${1% UTC}" +%s; }
+
 # prune_layer_cache KEPT_REFS: the builds' intermediate images (buildah's layer cache) have no
 # name. Those made before the oldest kept build (less 15 minutes: its own builder stage comes
 # first) are removed, leaves first. The dependency layers stay while a kept build descends from them.
@@ -422,7 +424,7 @@ prune_layer_cache() {
   while IFS= read -r ref; do
     case "$ref" in localhost/pdfqueue-api:*|localhost/pdfqueue-worker:*|localhost/pdfqueue-operator:*) ;; *) continue ;; esac
     t="$(buildah inspect --type image --format '{{.OCIv1.Created}}' "$ref" 2>/dev/null)" || continue
-    t="$(date -d "${t% UTC}" +%s)"
+    t="$(epoch "$t")"
     { [ "$cutoff" = 0 ] || [ "$t" -lt "$cutoff" ]; } && cutoff=$t
   done <<<"$1"
   [ "$cutoff" = 0 ] && return 0
@@ -430,7 +432,7 @@ prune_layer_cache() {
   while :; do
     old=()
     while read -r id created; do
-      [ "$(date -d "${created% UTC}" +%s)" -lt "$cutoff" ] && old+=("$id")
+      [ "$(epoch "$created")" -lt "$cutoff" ] && old+=("$id")
     done < <(buildah images --filter dangling=true --format '{{.ID}} {{.CreatedAtRaw}}' 2>/dev/null)
     [ ${#old[@]} -eq 0 ] && return 0
     buildah rmi "${old[@]}" >/dev/null 2>&1 || return 0

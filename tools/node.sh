@@ -243,15 +243,16 @@ containerd_ready() { ctr --address "$(CTRD_SOCK)" version; }
 # import_images: every node image (tools/images.sh) not yet in containerd's k8s.io namespace, once
 # the disk has room for them; then the node keeps only these (a warm node outlives code changes).
 import_images() {
-  local have line ref refs=() missing=() need=0 free
+  local have line ref refs=() need=0 free
+  local -A missing=()   # ref -> its archive
   have="$(ctr_ images ls -q 2>/dev/null || true)"
   while IFS= read -r line; do
     ref="${line#*=}"
     case "$line" in API=*|WORKER=*|OPERATOR=*|REDIS=*|POSTGRES=*|VERSITYGW=*|CURL=*|PAUSE=*) ;; *) continue ;; esac
     refs+=("$ref")
     grep -qxF "$ref" <<<"$have" && continue
-    missing+=("$ref")
-    need=$((need + $(stat -c %s "$(bash "$HERE/images.sh" archive "$ref")")))
+    missing[$ref]="$(bash "$HERE/images.sh" archive "$ref")"
+    need=$((need + $(stat -c %s "${missing[$ref]}")))
   done < <(bash "$HERE/images.sh" refs)
   # An image unpacks to about its archive's size again; the pods' logs, volumes and data need room
   # too. A disk that fills up mid-run fails pods in ways that say nothing about the cause.
@@ -259,9 +260,9 @@ import_images() {
   need=$((2 * need + NODE_DISK_MARGIN))
   [ "$free" -ge "$need" ] ||
     node_die "$((free >> 20)) MiB free on the disk of $DIR; the node needs $((need >> 20)) MiB (its images unpacked, and $((NODE_DISK_MARGIN >> 20)) MiB for the pods): free some space"
-  for ref in "${missing[@]}"; do
+  for ref in "${!missing[@]}"; do
     say "importing $ref into containerd"
-    ctr_ images import "$(bash "$HERE/images.sh" archive "$ref")" >/dev/null ||
+    ctr_ images import "${missing[$ref]}" >/dev/null ||
       node_die "cannot import $ref into containerd"
   done
   while IFS= read -r ref; do
