@@ -127,3 +127,29 @@ def test_destroy_also_deletes_the_postgresql_data_kept_outside_the_folder(tmp_pa
     assert not answers(port)
     assert not state.exists()
     assert not data.exists()
+
+
+def test_destroy_refuses_a_folder_start_did_not_make(tmp_path: Path) -> None:
+    """A mistyped path is not emptied: destroy deletes only a folder with a service's data."""
+    kept = tmp_path / "notes"
+    kept.mkdir()
+    (kept / "keep.txt").write_text("mine")
+    refused = services("destroy", kept, free_port())
+    assert refused.returncode == 1
+    assert "not a services folder" in refused.stderr
+    assert (kept / "keep.txt").read_text() == "mine"
+
+
+def test_destroy_deletes_its_own_postgresql_folder_not_where_a_link_was_pointed(
+    tmp_path: Path,
+) -> None:
+    victim = tmp_path / "elsewhere"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    state = tmp_path / "state"
+    (state / "redis").mkdir(parents=True)
+    (state / "pg").symlink_to(victim)
+    destroyed = services("destroy", state, free_port())
+    assert destroyed.returncode == 0, destroyed.stderr
+    assert not state.exists()
+    assert (victim / "keep.txt").read_text() == "mine"

@@ -133,11 +133,14 @@ pg_datadir() {
     echo "$DIR/pg"
   else
     local alt
-    alt="/var/tmp/pdfqueue-pg.$(echo "$DIR" | cksum | cut -d' ' -f1)"
+    alt="$(pg_elsewhere)"
     ln -sfn "$alt" "$DIR/pg"
     echo "$alt"
   fi
 }
+
+# pg_elsewhere: where DIR's PostgreSQL data lives when its user cannot enter DIR.
+pg_elsewhere() { echo "/var/tmp/pdfqueue-pg.$(echo "$DIR" | cksum | cut -d' ' -f1)"; }
 
 # pg_ours: the postmaster of DIR's cluster is running.
 pg_ours() {
@@ -337,9 +340,13 @@ case "$cmd" in
     [ -z "$ONLY" ] || usage
     [ -d "$DIR" ] || exit 0
     DIR="$(cd "$DIR" && pwd)"
+    # deletes DIR: only a folder `start` made (a mistyped path must not be emptied)
+    [ -e "$DIR/redis" ] || [ -e "$DIR/pg" ] || [ -e "$DIR/s3" ] ||
+      die "$DIR holds no redis, pg or s3 folder: not a services folder, not deleting it"
     s3_stop; pg_stop; redis_stop
-    # PostgreSQL's data lives in /var/tmp when its user cannot reach DIR (see pg_datadir)
-    if [ -L "$DIR/pg" ]; then rm -rf "$(readlink -f "$DIR/pg")"; fi
+    # PostgreSQL's data lives in /var/tmp when its user cannot reach DIR (see pg_datadir); only
+    # that folder is deleted, wherever the link points
+    if [ -L "$DIR/pg" ]; then rm -rf "$(pg_elsewhere)"; fi
     rm -rf "$DIR"
     ;;
   env) print_env ;;
