@@ -8,54 +8,109 @@ import hashlib
 import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
+from botocore.credentials import Credentials, ReadOnlyCredentials
 
-from pdfqueue.stores.storage.s3http import BodySigV4
+from pdfqueue.stores.storage.s3http import SigV4, host_header
 
 BODY = b"%PDF-1.7\n" + bytes(range(256)) * 40
+NOW = datetime.datetime(2026, 11, 30, 16, 0, 0)
+KEY = Credentials("AKIDEXAMPLE", "secret/key").get_frozen_credentials()
+TOKEN = Credentials("AKIDEXAMPLE", "secret/key", "session+token==").get_frozen_credentials()
+
+
+def botocore_signed(
+    monkeypatch: pytest.MonkeyPatch,
+    credentials: ReadOnlyCredentials,
+    method: str,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    now: datetime.datetime = NOW,
+) -> dict[str, str]:
+    """The headers botocore's S3 signer sends for this request."""
+    monkeypatch.setattr("botocore.auth.get_current_datetime", lambda: now)
+    request = AWSRequest(method=method, url=url, data=body, headers=headers)
+    S3SigV4Auth(credentials, "s3", "eu-west-1").add_auth(request)
+    return dict(request.headers.items())
+
+
+def ours(
+    signer: SigV4,
+    credentials: ReadOnlyCredentials,
+    method: str,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    now: datetime.datetime = NOW,
+) -> dict[str, str]:
+    path = url.split("/", 3)[3]
+    sha256 = hashlib.sha256(body).hexdigest()
+    return signer.headers(
+        credentials,
+        method,
+        host=host_header(url),
+        path=f"/{path}",
+        headers=headers,
+        payload_sha256=sha256,
+        now=now,
+    )
 
 
 @pytest.mark.parametrize(
-    ("method", "url", "body", "token"),
+    ("method", "url", "body", "headers", "credentials"),
     [
-        ("PUT", "http://127.0.0.1:7070/pdfqueue/p/pdfs/7/a%20b.pdf", BODY, None),
-        ("PUT", "https://pdfqueue.s3.eu-west-1.amazonaws.com/p/pdfs/7/x.pdf", BODY, "session"),
-        ("GET", "http://127.0.0.1:7070/pdfqueue/p/uploads/u.zip", b"", None),
-        ("DELETE", "https://s3.example.com/pdfqueue/p/pdfs/7/x.pdf", b"", "session"),
+        (
+            "PUT",
+            "http://127.0.0.1:7070/pdfqueue/p/pdfs/7/a%20b%2B%C3%A9~.pdf",
+            BODY,
+            {"Content-Type": "application/pdf"},
+            KEY,
+        ),
+        (
+            "PUT",
+            "https://pdfqueue.s3.eu-west-1.amazonaws.com/p/pdfs/7/x.pdf",
+            BODY,
+            {"Content-Type": "application/pdf"},
+            TOKEN,
+        ),
+        ("GET", "http://[::1]:7070/pdfqueue/p/uploads/u.zip", b"", {"Range": "bytes=0-9"}, KEY),
+        ("GET", "http://S3.Example.com:80/pdfqueue/u.zip", b"", {"Range": "bytes=5-99"}, TOKEN),
+        ("DELETE", "https://s3.example.com:443/pdfqueue/p/pdfs/7/x.pdf", b"", {}, TOKEN),
+        ("DELETE", "https://s3.example.com:8443/pdfqueue/p/pdfs/7/x.pdf", b"", {}, KEY),
     ],
 )
 def test_the_signature_is_botocores(
-    monkeypatch: pytest.MonkeyPatch, method: str, url: str, body: bytes, token: str | None
-) -> None:
-    now = datetime.datetime(2026, 11, 30, 16, 0, 0)
-    monkeypatch.setattr("botocore.auth.get_current_datetime", lambda: now)
-    credentials = Credentials("AKIDEXAMPLE", "secret/key", token).get_frozen_credentials()
-
-    def signed(auth: S3SigV4Auth) -> dict[str, str]:
-        headers = {"Content-Type": "application/pdf", "Range": "bytes=0-9"}
-        request = AWSRequest(method=method, url=url, data=body, headers=headers)
-        auth.add_auth(request)
-        return dict(request.headers.items())
-
-    ours = signed(BodySigV4(credentials, "eu-west-1", body))
-    assert ours == signed(S3SigV4Auth(credentials, "s3", "eu-west-1"))
-    assert ours["X-Amz-Content-SHA256"] == hashlib.sha256(body).hexdigest()
-
-
-def test_a_digest_the_caller_has_is_signed_as_if_hashed_here(
     monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    credentials: ReadOnlyCredentials,
 ) -> None:
-    now = datetime.datetime(2026, 11, 30, 16, 0, 0)
-    monkeypatch.setattr("botocore.auth.get_current_datetime", lambda: now)
-    credentials = Credentials("AKIDEXAMPLE", "secret/key").get_frozen_credentials()
-    url = "http://127.0.0.1:7070/pdfqueue/p/pdfs/7/x.pdf"
-
-    def signed(auth: S3SigV4Auth) -> dict[str, str]:
-        request = AWSRequest(method="PUT", url=url, data=BODY, headers={})
-        auth.add_auth(request)
-        return dict(request.headers.items())
-
-    digest = hashlib.sha256(BODY).hexdigest()
-    assert signed(BodySigV4(credentials, "eu-west-1", BODY, digest)) == signed(
-        BodySigV4(credentials, "eu-west-1", BODY)
+    expected = botocore_signed(monkeypatch, credentials, method, url, body, headers)
+    signed = ours(SigV4("eu-west-1"), credentials, method, url, body, headers)
+    assert signed.pop("Host") == (
+        url.split("/")[2].lower().removesuffix(":80").removesuffix(":443")
     )
+    assert signed == expected
+    assert signed["X-Amz-Content-SHA256"] == hashlib.sha256(body).hexdigest()
+
+
+def test_the_signing_key_follows_the_day_and_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key is kept between requests: a new day or a rotated secret must not reuse it."""
+    signer = SigV4("eu-west-1")
+    url = "http://127.0.0.1:7070/pdfqueue/p/pdfs/7/x.pdf"
+    rotated = Credentials("AKIDOTHER", "another/secret").get_frozen_credentials()
+    tomorrow = NOW + datetime.timedelta(days=1)
+    for credentials, now in ((KEY, NOW), (KEY, tomorrow), (rotated, tomorrow), (KEY, NOW)):
+        expected = botocore_signed(monkeypatch, credentials, "PUT", url, BODY, {}, now)
+        signed = ours(signer, credentials, "PUT", url, BODY, {}, now)
+        assert signed["Authorization"] == expected["Authorization"]
+
+
+def test_a_body_that_is_not_the_signed_one_changes_the_signature() -> None:
+    url = "http://127.0.0.1:7070/pdfqueue/p/pdfs/7/x.pdf"
+    signer = SigV4("eu-west-1")
+    one = ours(signer, KEY, "PUT", url, BODY, {})
+    other = ours(signer, KEY, "PUT", url, BODY + b" ", {})
+    assert one["Authorization"] != other["Authorization"]
