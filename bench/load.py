@@ -107,8 +107,13 @@ class StubExtractor:
     user's id is the member's name)."""
 
     async def extract_members(
-        self, items: list[tuple[bytes, Member, int]], *, together: bool = True
+        self,
+        items: list[tuple[bytes, Member, int]],
+        *,
+        together: bool = True,
+        until: float | None = None,
     ) -> AsyncIterator[tuple[int, Extraction]]:
+        del together, until
         for i, (_, member, _) in enumerate(items):
             user_id = int(member.name.removeprefix("resumes/").removesuffix(".pdf"))
             found = Candidate(email(user_id), Source.TEXT, page=0, contact=True)

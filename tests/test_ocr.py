@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pypdfium2 as pdfium
 import pytest
 
 from bench.labelled import ScanStyle, broken_pdf, fpdf_doc, layer_pdf, scan
 from pdfqueue.domain.settings import Settings
+from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_worker import ocr
+from pdfqueue_worker.archive import Member
 from pdfqueue_worker.candidates import Source
-from pdfqueue_worker.extract import Extractor, read_pdf
+from pdfqueue_worker.extract import Extractor, Unreadable, read_pdf
+from tests.test_extract import zip_items
 
 ADDRESS = "grace.hopper.7@people.example"
 SCAN = scan(fpdf_doc(["Grace Hopper", f"Berlin | {ADDRESS}"]), ScanStyle(), random.Random(3))
@@ -56,6 +61,56 @@ async def test_a_text_layer_of_private_use_glyphs_is_read_by_ocr(extractor: Extr
 async def test_a_text_pdf_never_reaches_ocr(extractor: Extractor) -> None:
     found = await extractor.extract(layer_pdf(["Grace Hopper", ADDRESS]))
     assert (found.emails, found.ocr_pages) == ([ADDRESS], 0)
+
+
+def scans(tmp_path: Path, n: int, dpi: int = 150) -> list[tuple[bytes, Member, int]]:
+    """A job's items: `n` scans (by default at 150 dpi, quick to OCR), each naming an address."""
+    tmp_path.mkdir()
+    pages = [fpdf_doc([f"Person {k}", f"person.{k}@people.example"]) for k in range(n)]
+    return zip_items(
+        tmp_path, [scan(p, ScanStyle(dpi=dpi), random.Random(k)) for k, p in enumerate(pages)]
+    )
+
+
+@pytest.mark.timeout(300)
+async def test_jobs_with_scans_take_turns_at_ocr(tmp_path: Path) -> None:
+    """Two jobs' scans, one parsing process: the second job's first scan is read before the
+    first job's last, so no job's try runs out waiting behind another job's scans."""
+    ex = make()
+    done: list[tuple[str, int]] = []
+
+    async def job(name: str) -> None:
+        async for i, result in ex.extract_members(scans(tmp_path / name, 3)):
+            assert not isinstance(result, Unreadable), result
+            assert result.emails == [f"person.{i}@people.example"]
+            done.append((name, i))
+
+    try:
+        await asyncio.gather(job("a"), job("b"))
+    finally:
+        ex.close()
+    assert done.index(("b", 0)) < done.index(("a", 2)), done
+
+
+@pytest.mark.timeout(300)
+async def test_scans_that_would_wait_past_the_deadline_for_a_turn_are_deferred(
+    tmp_path: Path, extractor: Extractor
+) -> None:
+    """With the turn taken by another job's scans, a job whose deadline is near does not
+    queue: its scans come back `Deferred`, for a try that does not count. The other job
+    reads all of its scans."""
+    loop = asyncio.get_running_loop()
+
+    async def job(name: str, dpi: int, until: float) -> list[object]:
+        reads = extractor.extract_members(scans(tmp_path / name, 2, dpi), until=until)
+        return [type(result).__name__ async for _, result in reads]
+
+    busy = asyncio.create_task(job("busy", 300, loop.time() + 600))
+    await wait_until_async(
+        lambda: extractor.ocr_load > 0, "the busy job's first OCR pass", interval_s=0.01
+    )
+    assert await job("late", 150, loop.time() + 0.1) == ["Deferred", "Deferred"]
+    assert await busy == ["Result", "Result"]
 
 
 @pytest.mark.parametrize("ocr_max_pages", [0, 2])

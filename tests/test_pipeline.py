@@ -9,6 +9,7 @@ import math
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -29,12 +30,12 @@ async def wait_done(api: httpx.AsyncClient, batch_id: str) -> dict[str, object]:
 @pytest.mark.parametrize(
     "per_job",
     [
-        pytest.param(16, id="16-per-job"),
+        pytest.param(None, id="16-per-job"),
         pytest.param(1, id="one-per-job", marks=pytest.mark.settings(pdfs_per_job=1)),
     ],
 )
 async def test_batch_links_every_matching_user_and_counts_exactly(
-    per_job: int,
+    per_job: int | None,
     api: httpx.AsyncClient,
     make_corpus: MakeCorpus,
     run_worker: RunWorker,
@@ -47,7 +48,8 @@ async def test_batch_links_every_matching_user_and_counts_exactly(
     assert (await api.get(f"/v1/batches/{batch_id}")).json()["status"] == "PENDING"
 
     worker = await run_worker()
-    assert worker.jobs_complete == 1 + math.ceil(80 / per_job)  # ingest, then the runs of PDFs
+    runs = math.ceil(80 / (per_job or settings.pdfs_per_job))
+    assert worker.jobs_complete == 1 + runs  # ingest, then the runs of PDFs
 
     status = await wait_done(api, batch_id)
     assert status["status"] == "COMPLETED"
@@ -332,6 +334,41 @@ async def test_a_pdf_that_hangs_the_parser_fails_alone_and_its_job_is_not_retrie
     assert (status["processed"], status["linked"], status["failed"]) == (7, 6, 1)
     files = {r["name"]: r for r in (await api.get(f"/v1/batches/{batch_id}/files")).json()}
     assert (files["heavy.pdf"]["outcome"], files["heavy.pdf"]["reason"]) == ("failed", "timeout")
+
+
+@pytest.mark.parametrize(("per_try", "linked"), [(3, 10), (0, 0)], ids=["progress", "none"])
+@pytest.mark.settings(max_tries=2, pdfs_per_job=10, retry_base_delay_s=0.1, retry_max_delay_s=0.2)
+async def test_a_try_cut_short_by_its_deadline_counts_only_if_it_recorded_nothing(
+    per_try: int,
+    linked: int,
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job of scans needs several tries' parsing time: each try that records files runs
+    again without spending a try, so it finishes however many it takes. The deadline is
+    played by keeping `per_try` of each try's parsed PDFs (the real parse, stores and arq)."""
+    from pdfqueue_worker import tasks
+
+    extract_all = tasks._extract_all
+
+    async def until_the_deadline(*args: Any, **kwargs: Any) -> dict[Any, Any]:
+        parsed = await extract_all(*args, **kwargs)
+        return dict(list(parsed.items())[:per_try])
+
+    monkeypatch.setattr(tasks, "_extract_all", until_the_deadline)
+    _, path = await make_corpus(10, seed=34, mix=CLEAN, junk=False)
+    batch_id = await upload(api, path)
+    worker = await run_worker()
+    status = await wait_done(api, batch_id)
+    assert (status["processed"], status["linked"]) == (10, linked)
+    if per_try:  # 4 tries of the one job, 3 given back: more than max_tries, none failed
+        assert (worker.jobs_retried, status["failed"]) == (3, 0)
+    else:  # max_tries of no progress, then the last try records the timeout
+        assert (worker.jobs_retried, status["failed"]) == (2, 10)
+        rows = (await api.get(f"/v1/batches/{batch_id}/files")).json()
+        assert {r["reason"] for r in rows} == {"timeout"}
 
 
 @pytest.mark.settings(max_tries=2, retry_base_delay_s=0.1, retry_max_delay_s=0.2)

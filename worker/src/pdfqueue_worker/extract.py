@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import io
 import logging
@@ -42,6 +43,10 @@ KEPT_ENVIRONMENT = (
 GROUP_BUDGET_S = 0.25
 """A group task (`read_members`) takes no new PDF after this long: a few dense pages each
 take milliseconds, so a group of 16 is one task, and a slow group still returns often."""
+OCR_FIRST_GUESS_S = 2.0
+"""What an OCR pass is taken to cost until one has been timed (a 300 dpi page, one core)."""
+OCR_AVERAGE_WEIGHT = 0.3
+"""Weight of the latest OCR pass in the moving average of their durations."""
 GROUP_TIMEOUT_S = 2.0
 """A group task still running after this is killed: one of its PDFs is slow or hostile. What
 it had left is then read one PDF per task, each with the full `timeout_s`."""
@@ -90,6 +95,12 @@ class Result:
 
 Extraction = Result
 """What `Extractor` returns: the parsing process's result."""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A PDF not read this try: its OCR pass would have waited past the try's deadline
+    behind the worker's other OCR passes. Not an outcome, and not the job's failure."""
 
 
 @dataclass(frozen=True)
@@ -365,6 +376,13 @@ class Extractor:
         self.ocr_max_pages = ocr_max_pages
         self.ocr_timeout_s = ocr_timeout_s
         self.tessdata = tessdata
+        self.processes = processes
+        self._ocr_turns = asyncio.Semaphore(processes)
+        """OCR passes running at once: one per parsing process (see `extract_members`)."""
+        self._ocr_load = 0
+        """OCR passes running or waiting for their turn."""
+        self._ocr_seconds = OCR_FIRST_GUESS_S
+        """How long an OCR pass has been taking (a moving average)."""
         self.pool = ProcessPool(
             max_workers=processes,  # from_settings resolves "one per CPU" (parsing_processes)
             max_tasks=tasks_per_process,
@@ -373,6 +391,11 @@ class Extractor:
             # forkserver: forking the event-loop process, with its threads, is unsafe.
             context=_forkserver(),
         )
+
+    @property
+    def ocr_load(self) -> int:
+        """OCR passes running or waiting for their turn."""
+        return self._ocr_load
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> Extractor:
@@ -405,23 +428,57 @@ class Extractor:
 
         return await self._read(self.engine, args, start_page)
 
-    async def extract_member(self, raw: bytes, member: Member, start_page: int = 0) -> Extraction:
-        """`extract` for a ZIP member still compressed (`raw`: its local header and data):
-        the parsing process inflates it, so inflated bytes never reach the worker itself."""
-        return await self._read(read_member, self._member_args(raw, member), start_page)
-
     async def extract_members(
-        self, items: Sequence[tuple[bytes, Member, int]], *, together: bool = True
-    ) -> AsyncGenerator[tuple[int, Extraction | Unreadable]]:
-        """`extract_member` for each (raw, member, start page), yielding (position, result)
-        as each is done.
+        self,
+        items: Sequence[tuple[bytes, Member, int]],
+        *,
+        together: bool = True,
+        until: float | None = None,
+    ) -> AsyncGenerator[tuple[int, Extraction | Unreadable | Deferred]]:
+        """`extract` for ZIP members still compressed, each (raw: its local header and data,
+        member, start page), yielding (position, result) as each is done. The parsing
+        process inflates it, so inflated bytes never reach the worker itself.
 
         `together`: their text pass runs as one pool task per GROUP_BUDGET_S of parsing
         instead of one per PDF, which shares a task's pickling, pipe hops and bookkeeping
         among a job's PDFs. A group still running after GROUP_TIMEOUT_S is killed and what
         it had left is read one PDF per task with the full limit, so only the PDF at fault
-        fails. A PDF with a page to OCR gets its own OCR pass either way.
+        fails.
+
+        The PDFs with a page to OCR come last, one at a time, each in its turn among the
+        worker's OCR passes (one per parsing process, first come first served). OCR takes
+        seconds a page: passed to the pool all at once, the first job's scans took every
+        process and the other jobs' tries ran out waiting, making no progress. Taking turns,
+        every job doing OCR gets a pass in each round. `until` (the loop's clock): when
+        every turn is taken and its turn would not end by then, going by how long passes
+        take, a PDF is not queued: it and the job's other scans come back `Deferred`, for
+        a later try that the job does not count (`tasks.process`).
         """
+        to_ocr: list[tuple[int, Result]] = []
+        async with contextlib.aclosing(self._text_passes(items, together=together)) as firsts:
+            async for i, first in firsts:
+                if isinstance(first, Result) and first.ocr_from is not None:
+                    to_ocr.append((i, first))
+                else:
+                    yield i, first
+        for n, (i, first) in enumerate(to_ocr):
+            args = self._member_args(*items[i][:2])
+            try:
+                more = await self._after(first, read_member, args, until)
+            except Unreadable as exc:
+                yield i, exc
+                continue
+            if more is None:  # no turn before the deadline: this and the rest wait
+                for j, _ in to_ocr[n:]:
+                    yield j, Deferred()
+                return
+            yield i, more
+
+    async def _text_passes(
+        self, items: Sequence[tuple[bytes, Member, int]], *, together: bool
+    ) -> AsyncGenerator[tuple[int, Extraction | Unreadable]]:
+        """Each member's text pass: up to its first page with a candidate, or to a page
+        without a usable text layer (`ocr_from`)."""
         todo = list(range(len(items))) if together and len(items) > 1 else []
         alone = [] if todo else list(range(len(items)))
         passes: dict[asyncio.Task[Extraction], int] = {}
@@ -438,16 +495,12 @@ class Extractor:
                     alone, todo = todo, []
                     break
                 for i, first in zip(todo, firsts, strict=False):
-                    if first.reason:
-                        yield i, Unreadable(first.reason)
-                    elif first.ocr_from is None:
-                        yield i, first
-                    else:
-                        ocr_pass = self._after(first, read_member, self._member_args(*items[i][:2]))
-                        passes[asyncio.create_task(ocr_pass)] = i
+                    yield i, (Unreadable(first.reason) if first.reason else first)
                 todo = todo[len(firsts) :]
             for i in alone:
-                passes[asyncio.create_task(self.extract_member(*items[i]))] = i
+                raw, member, start = items[i]
+                args = self._member_args(raw, member)(start, TEXT_ONLY)
+                passes[asyncio.create_task(self._run(self.timeout_s, read_member, *args))] = i
             while passes:
                 done, _ = await asyncio.wait(passes, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
@@ -476,20 +529,45 @@ class Extractor:
     ) -> Extraction:
         """The text pass, then `_after` it."""
         first = await self._run(self.timeout_s, fn, *args(start, TEXT_ONLY))
-        return await self._after(first, fn, args)
+        more = await self._after(first, fn, args)
+        assert more is not None  # no deadline was given
+        return more
 
     async def _after(
-        self, first: Result, fn: Callable[..., Result], args: Callable[[int, Ocr], tuple[Any, ...]]
-    ) -> Extraction:
+        self,
+        first: Result,
+        fn: Callable[..., Result],
+        args: Callable[[int, Ocr], tuple[Any, ...]],
+        until: float | None = None,
+    ) -> Extraction | None:
         """From a page without a usable text layer on, a second pass that may OCR, with its
-        own time limit (Tesseract takes seconds where PDFium takes ms)."""
+        own time limit (Tesseract takes seconds where PDFium takes ms), in its turn among
+        the OCR passes. None: every turn is taken and, going by how long passes take, its
+        turn would not end by `until`, so it did not queue (with a free turn it always
+        starts, so OCR never stalls)."""
         if first.ocr_from is None:
             return first
-        how, timeout_s = NO_OCR, self.timeout_s
-        if self.ocr_max_pages:
-            how = Ocr(handover=False, budget=self.ocr_max_pages, tessdata=self.tessdata)
-            timeout_s = self.ocr_timeout_s
-        more = await self._run(timeout_s, fn, *args(first.ocr_from, how))
+        if not self.ocr_max_pages:  # no OCR: the rest of the text layer, in milliseconds
+            more = await self._run(self.timeout_s, fn, *args(first.ocr_from, NO_OCR))
+            return replace(more, has_text=more.has_text or first.has_text)
+        how = Ocr(handover=False, budget=self.ocr_max_pages, tessdata=self.tessdata)
+        loop = asyncio.get_running_loop()
+        turns = self.processes
+        if until is not None and self._ocr_load >= turns:  # no free turn: would it fit?
+            rounds = self._ocr_load // turns + 1
+            if loop.time() + rounds * self._ocr_seconds > until:
+                return None
+        self._ocr_load += 1
+        try:
+            async with self._ocr_turns:
+                started = loop.time()
+                try:
+                    more = await self._run(self.ocr_timeout_s, fn, *args(first.ocr_from, how))
+                finally:
+                    took = loop.time() - started
+                    self._ocr_seconds += (took - self._ocr_seconds) * OCR_AVERAGE_WEIGHT
+        finally:
+            self._ocr_load -= 1
         return replace(more, has_text=more.has_text or first.has_text)
 
     async def _run(self, timeout_s: float, fn: Callable[..., Result], *args: Any) -> Extraction:

@@ -38,7 +38,7 @@ from pdfqueue_worker.archive import (
 )
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import refills, submit
-from pdfqueue_worker.extract import Extraction, Unreadable
+from pdfqueue_worker.extract import Deferred, Extraction, Unreadable
 from pdfqueue_worker.matching import choose, wanted
 from pdfqueue_worker.observe import observed_job, stage
 from pdfqueue_worker.payload import Packed, cut, inflate
@@ -73,11 +73,16 @@ def keeps_try_on_shutdown(task: Task) -> Task:
         try:
             return await task(ctx, **kwargs)
         except asyncio.CancelledError:
-            deps: Deps = ctx["deps"]
-            await asyncio.shield(deps.redis.decr(retry_key_prefix + ctx["job_id"]))
+            await asyncio.shield(give_try_back(ctx))
             raise
 
     return wrapper
+
+
+async def give_try_back(ctx: dict[str, Any]) -> None:
+    """This try does not count against the job's tries (arq counted it when it started)."""
+    deps: Deps = ctx["deps"]
+    await deps.redis.decr(retry_key_prefix + ctx["job_id"])
 
 
 LAST_ERROR_TTL_S = 7 * 24 * 3600
@@ -172,7 +177,12 @@ async def process(
     The job's own deadline (job_timeout_s) turns an overloaded or stuck try into a retry:
     arq's hard timeout, a few seconds later, would end the job with no outcome at all.
     Parsing gets the deadline less RECORD_RESERVE_S: files parsed by then are finished and
-    recorded, the rest wait for the next try, so every try makes progress.
+    recorded, the rest wait for the next try. A try that recorded some files gives its try
+    back: tries count failures, not a deadline that cut work short, so a job of scans that
+    OCR needs several tries for still finishes (each such try records at least one file, so
+    there are at most as many as the job has files). So does a try whose scans were
+    `Deferred` because the worker's OCR turns were taken by other jobs' scans (those make
+    progress meanwhile). Any other try that recorded nothing counts.
     """
     deps: Deps = ctx["deps"]
     try:
@@ -194,9 +204,14 @@ async def process(
                 )
                 return f"{len(todo)} failed: {reason}"
             together = ctx["job_try"] == 1
-            decided = await _process(deps, batch_id, source, todo, parse_until, together=together)
+            deferred: set[FileRef] = set()
+            decided = await _process(
+                deps, batch_id, source, todo, parse_until, together=together, deferred=deferred
+            )
             outcomes = await record_outcomes(deps, batch_id, decided)
             if len(decided) < len(todo):
+                if decided or deferred:  # progress, or held back by the worker's OCR queue
+                    await give_try_back(ctx)
                 raise TimeoutError(f"{len(todo) - len(decided)} PDFs were not parsed in time")
     except Exception as exc:
         raise await retry_later(deps, ctx, exc) from exc
@@ -231,20 +246,22 @@ async def _process(
     parse_until: float,
     *,
     together: bool,
+    deferred: set[FileRef],
 ) -> dict[FileRef, Decision]:
     """Decide an outcome for each file, in steps that each serve the whole run at once.
 
     Read: one ranged GET, still compressed. Extract: every PDF in the parsing pool, which
     inflates it under its memory cap, up to its first page with an address; `together`, in
     group tasks (the first try), else one task per PDF, so that a PDF that hangs its parser
-    cannot make its neighbours miss the deadline try after try. Match: one query
+    cannot make its neighbours miss the deadline try after try (scans left for a later try
+    are added to `deferred`). Match: one query
     for all those addresses; a file whose addresses are nobody's reads on and matches again.
     Then each file that found a user is inflated, stored and claimed. The claim is the only
     write besides the recording. Files not parsed by `parse_until` are left out.
     """
     with stage("read"):
         pdfs = await _read(deps, batch_id, source, members)
-    matched, decided, ocr = await _match(deps, pdfs, parse_until, together=together)
+    matched, decided, ocr = await _match(deps, pdfs, parse_until, together, deferred)
     decided = {ref: replace(d, ocr=ref in ocr) for ref, d in decided.items()}
     for wave in _waves(matched, {ref: m.size for ref, (m, _) in pdfs.items()}):
         decided.update(await _link(deps, {ref: (matched[ref], *pdfs[ref]) for ref in wave}, ocr))
@@ -281,7 +298,11 @@ def _waves(matched: dict[FileRef, UserRow], sizes: dict[FileRef, int]) -> list[l
 
 
 async def _match(
-    deps: Deps, pdfs: dict[FileRef, tuple[Member, bytes]], parse_until: float, *, together: bool
+    deps: Deps,
+    pdfs: dict[FileRef, tuple[Member, bytes]],
+    parse_until: float,
+    together: bool,
+    deferred: set[FileRef],
 ) -> tuple[dict[FileRef, UserRow], dict[FileRef, Decision], set[FileRef]]:
     """Each PDF's user, chosen among its candidates (`matching.choose`); else why not.
 
@@ -296,7 +317,9 @@ async def _match(
     domains = deps.settings.placeholder_domains
     while page:
         with stage("extract") as span:
-            extracted = await _extract_all(deps, pdfs, page, parse_until, together=together)
+            extracted = await _extract_all(
+                deps, pdfs, page, until=parse_until, together=together, deferred=deferred
+            )
             # counts only, never an address
             parsed = [r for r in extracted.values() if isinstance(r, Extraction)]
             span.set_attribute("pdfqueue.pages", sum(r.pages for r in parsed))
@@ -348,21 +371,26 @@ async def _extract_all(
     deps: Deps,
     pdfs: dict[FileRef, tuple[Member, bytes]],
     page: dict[FileRef, int],
-    until: float,
     *,
+    until: float,
     together: bool,
+    deferred: set[FileRef],
 ) -> dict[FileRef, Extraction | Unreadable]:
     """Parse the PDFs in `page`, each from its page there, in the pool; those not done by
-    `until` are left out. `together`: in group tasks (`Extractor.extract_members`)."""
+    `until` are left out, those `Deferred` go to `deferred`. `together`: in group tasks
+    (`Extractor.extract_members`)."""
     refs = list(page)
     items = [(pdfs[ref][1], pdfs[ref][0], page[ref]) for ref in refs]
     out: dict[FileRef, Extraction | Unreadable] = {}
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout_at(until):
-            reads = deps.extractor.extract_members(items, together=together)
+            reads = deps.extractor.extract_members(items, together=together, until=until)
             async with contextlib.aclosing(reads):
                 async for i, result in reads:
-                    out[refs[i]] = result
+                    if isinstance(result, Deferred):
+                        deferred.add(refs[i])
+                    else:
+                        out[refs[i]] = result
     return out
 
 
