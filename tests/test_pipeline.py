@@ -30,7 +30,7 @@ async def wait_done(api: httpx.AsyncClient, batch_id: str) -> dict[str, object]:
 @pytest.mark.parametrize(
     "per_job",
     [
-        pytest.param(None, id="16-per-job"),
+        pytest.param(None, id="default-per-job"),
         pytest.param(1, id="one-per-job", marks=pytest.mark.settings(pdfs_per_job=1)),
     ],
 )

@@ -16,7 +16,6 @@ from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import submit
 from pdfqueue_worker.observe import observed_job
 from pdfqueue_worker.tasks import (
-    SLICE_MAX_SPAN_BYTES,
     keeps_try_on_shutdown,
     last_try_error,
     record_outcomes,
@@ -75,7 +74,7 @@ async def _fan_out(deps: Deps, batch_id: str, source: str, round_: int) -> str:
             {"batch_id": batch_id, "source": source, "members": [m.to_job() for m in run]},
             cost=len(run),
         )
-        for run in plan_slices(members, deps.settings.pdfs_per_job, SLICE_MAX_SPAN_BYTES)
+        for run in plan_slices(members, deps.settings.pdfs_per_job, deps.settings.job_max_bytes)
     ]
     first = await _first_chunk(deps, batch_id, round_)
     added = await submit(deps, batch_id, jobs, first=first)

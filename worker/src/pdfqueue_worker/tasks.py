@@ -48,8 +48,6 @@ NO_MATCH = Outcome.SKIPPED_NO_MATCH
 NO_LINK = Outcome.SKIPPED_ALREADY_EXISTS
 RECORD_RESERVE_S = 4.0
 """Of a job's deadline, what is kept for matching, storing, claiming and recording."""
-SLICE_MAX_SPAN_BYTES = 16 * 1024**2
-"""Most bytes one process job reads at once (more only for a single member that big)."""
 LINK_INFLATED_BYTES = 16 * 1024**2
 """Most inflated bytes one job holds at once while storing its linked PDFs (more only for a
 single member that big): the worker inflates a member only to store it, parsing processes
@@ -138,7 +136,7 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
             FileRef(batch_id, i, name): failed(why.reason) for i, name, why in listing.rejected
         }
         await record_outcomes(deps, batch_id, rejected)
-    slices = plan_slices(listing.pdfs, deps.settings.pdfs_per_job, SLICE_MAX_SPAN_BYTES)
+    slices = plan_slices(listing.pdfs, deps.settings.pdfs_per_job, deps.settings.job_max_bytes)
     jobs = (
         Job(
             keys.process_job(batch_id, run[0].index),

@@ -273,10 +273,15 @@ class Settings(BaseSettings):
     """Jobs one worker runs at once; with `pdfs_per_job` this bounds the PDFs in flight.
     0: JOBS_PER_PARSER (4) per parsing process (`max_jobs`). Four jobs kept one parser busy
     but left two underfed (3.1 jobs in flight, a tenth of the host idle)."""
-    pdfs_per_job: int = Field(default=16, ge=1, le=1000)
-    """PDFs one `process` job handles: neighbours in the ZIP, read with one ranged GET and
-    matched with one query. Each still gets its own outcome, and a retry redoes only the
-    PDFs without one."""
+    pdfs_per_job: int = Field(default=32, ge=1, le=1000)
+    """Most PDFs one `process` job handles: neighbours in the ZIP, read with one ranged GET
+    and matched with one query. Each still gets its own outcome, and a retry redoes only the
+    PDFs without one. A job also ends at `job_max_bytes`."""
+    job_max_bytes: int = Field(default=4 * 1024**2, ge=64 * 1024)
+    """Most bytes of the ZIP one `process` job reads (its members' compressed span; a
+    bigger member is a job of its own). With `pdfs_per_job` it sizes a job by its work:
+    32 text résumés of up to 128 KiB, but only two or three 300 dpi scans, which OCR takes
+    seconds each to read."""
     worker_poll_delay_s: float = 0.05
     """How often an idle worker asks Redis for ready jobs (arq's default 0.5 s caps throughput)."""
     extract_processes: int = Field(default=0, ge=0)
