@@ -17,6 +17,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import uvloop
+
     from pdfqueue.observability import metrics
     from pdfqueue.observability.tracing import setup_tracing
     from pdfqueue_worker.app import build_worker, supervise
@@ -28,4 +32,7 @@ def run(args: argparse.Namespace) -> int:
     setup_tracing("pdfqueue-worker", export=settings.export_traces)
     metrics.register("worker")
     metrics.serve(settings.metrics_port)
+    # libuv's event loop, as the API's through uvicorn: in paired runs the worker's own CPU
+    # per PDF went down by a tenth and goodput up by 4% (README, Performance)
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return supervise(lambda: build_worker(settings, burst=args.burst))
