@@ -92,7 +92,7 @@ async def test_second_delivery_of_every_job_changes_nothing(
     assert rows == 21  # 20 PDFs + notes.txt, each once
 
 
-@pytest.mark.settings(batch_ttl_s=60)
+@pytest.mark.settings(batch_ttl_s=60, pdfs_per_job=16)
 async def test_batch_that_outlives_its_live_state_still_completes(
     api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, redis: Redis
 ) -> None:
@@ -112,6 +112,7 @@ async def test_batch_that_outlives_its_live_state_still_completes(
     assert final["processed"] == 30
 
 
+@pytest.mark.settings(pdfs_per_job=16)
 async def test_cancel_drops_pending_work(
     api: httpx.AsyncClient,
     make_corpus: MakeCorpus,
