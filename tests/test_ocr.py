@@ -170,3 +170,39 @@ def test_extractor_from_settings_takes_every_extraction_setting() -> None:
         assert (ex.ocr_max_pages, ex.ocr_timeout_s) == (1, 9)
     finally:
         ex.close()
+
+
+async def test_a_job_counts_its_deferred_scans_and_records_nothing_for_them() -> None:
+    """`tasks._extract_all` keeps Deferred scans out of the results (no outcome this try),
+    names them for `process` (whose try then does not count) and counts them."""
+    from types import SimpleNamespace
+
+    from pdfqueue.domain.models import FileRef
+    from pdfqueue.observability.metrics import OCR_DEFERRED
+    from pdfqueue_worker import tasks
+    from pdfqueue_worker.extract import Deferred, Result
+
+    read = Result(pages=1, has_text=True)
+
+    class Busy:
+        async def extract_members(self, items: object, **_: object) -> AsyncIterator[object]:
+            yield 0, read
+            yield 1, Deferred()
+            yield 2, Deferred()
+
+    refs = [FileRef("b", i, f"{i}.pdf") for i in range(3)]
+    member = Member(index=0, name="0.pdf", offset=0, compressed_size=1, size=1, method=0, crc=0)
+    pdfs = dict.fromkeys(refs, (member, b""))
+    deferred: set[FileRef] = set()
+    before = OCR_DEFERRED._value.get()
+    out = await tasks._extract_all(
+        SimpleNamespace(extractor=Busy()),  # type: ignore[arg-type]
+        pdfs,
+        dict.fromkeys(refs, 0),
+        until=asyncio.get_running_loop().time() + 60,
+        together=True,
+        deferred=deferred,
+    )
+    assert out == {refs[0]: read}
+    assert deferred == set(refs[1:])
+    assert OCR_DEFERRED._value.get() - before == 2

@@ -380,6 +380,7 @@ async def _extract_all(
     refs = list(page)
     items = [(pdfs[ref][1], pdfs[ref][0], page[ref]) for ref in refs]
     out: dict[FileRef, Extraction | Unreadable] = {}
+    left = len(deferred)
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout_at(until):
             reads = deps.extractor.extract_members(items, together=together, until=until)
@@ -389,6 +390,7 @@ async def _extract_all(
                         deferred.add(refs[i])
                     else:
                         out[refs[i]] = result
+    metrics.ocr_deferred(len(deferred) - left)
     return out
 
 

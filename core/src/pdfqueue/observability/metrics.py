@@ -100,6 +100,11 @@ DOCUMENTS = _Counter(
 OCR_PAGES = _Counter(
     "pdfqueue_ocr_pages", "Pages read by OCR because they had no usable text layer."
 )
+OCR_DEFERRED = _Counter(
+    "pdfqueue_ocr_deferred",
+    "Scans left for a later try of their job: the worker's OCR turns were all taken (a busy"
+    " OCR queue, not a failure).",
+)
 STAGE_DURATION = _Histogram(
     "pdfqueue_stage_duration_seconds",
     "Duration of one step of a process job: read, extract, match and record serve all of"
@@ -160,6 +165,7 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
     "worker": (
         DOCUMENTS,
         OCR_PAGES,
+        OCR_DEFERRED,
         STAGE_DURATION,
         JOB_DURATION,
         JOBS_IN_PROGRESS,
@@ -229,6 +235,12 @@ def ocr_pages(pages: int) -> None:
     """For a worker, the pages one read of a PDF took from OCR."""
     if pages:
         OCR_PAGES.inc(pages)
+
+
+def ocr_deferred(pdfs: int) -> None:
+    """For a worker, scans a job left for its next try (`pdfqueue_worker.extract.Deferred`)."""
+    if pdfs:
+        OCR_DEFERRED.inc(pdfs)
 
 
 def operator_observed(desired: int, ready: int) -> None:
