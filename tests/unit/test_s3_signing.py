@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+from typing import NamedTuple
 
 import pytest
 from botocore.auth import S3SigV4Auth
@@ -18,41 +19,34 @@ KEY = Credentials("AKIDEXAMPLE", "secret/key").get_frozen_credentials()
 TOKEN = Credentials("AKIDEXAMPLE", "secret/key", "session+token==").get_frozen_credentials()
 
 
-def botocore_signed(
-    monkeypatch: pytest.MonkeyPatch,
-    credentials: ReadOnlyCredentials,
-    method: str,
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
-    now: datetime.datetime = NOW,
-) -> dict[str, str]:
+class Request(NamedTuple):
+    """One request as both signers see it."""
+
+    credentials: ReadOnlyCredentials
+    method: str
+    url: str
+    body: bytes = b""
+    headers: dict[str, str] = {}  # noqa: RUF012 (never changed)
+    now: datetime.datetime = NOW
+
+
+def botocore_signed(monkeypatch: pytest.MonkeyPatch, r: Request) -> dict[str, str]:
     """The headers botocore's S3 signer sends for this request."""
-    monkeypatch.setattr("botocore.auth.get_current_datetime", lambda: now)
-    request = AWSRequest(method=method, url=url, data=body, headers=headers)
-    S3SigV4Auth(credentials, "s3", "eu-west-1").add_auth(request)
+    monkeypatch.setattr("botocore.auth.get_current_datetime", lambda: r.now)
+    request = AWSRequest(method=r.method, url=r.url, data=r.body, headers=r.headers)
+    S3SigV4Auth(r.credentials, "s3", "eu-west-1").add_auth(request)
     return dict(request.headers.items())
 
 
-def ours(
-    signer: SigV4,
-    credentials: ReadOnlyCredentials,
-    method: str,
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
-    now: datetime.datetime = NOW,
-) -> dict[str, str]:
-    path = url.split("/", 3)[3]
-    sha256 = hashlib.sha256(body).hexdigest()
+def ours(signer: SigV4, r: Request) -> dict[str, str]:
     return signer.headers(
-        credentials,
-        method,
-        host=host_header(url),
-        path=f"/{path}",
-        headers=headers,
-        payload_sha256=sha256,
-        now=now,
+        r.credentials,
+        r.method,
+        host=host_header(r.url),
+        path="/" + r.url.split("/", 3)[3],
+        headers=r.headers,
+        payload_sha256=hashlib.sha256(r.body).hexdigest(),
+        now=r.now,
     )
 
 
@@ -87,8 +81,9 @@ def test_the_signature_is_botocores(
     headers: dict[str, str],
     credentials: ReadOnlyCredentials,
 ) -> None:
-    expected = botocore_signed(monkeypatch, credentials, method, url, body, headers)
-    signed = ours(SigV4("eu-west-1"), credentials, method, url, body, headers)
+    request = Request(credentials, method, url, body, headers)
+    expected = botocore_signed(monkeypatch, request)
+    signed = ours(SigV4("eu-west-1"), request)
     assert signed.pop("Host") == (
         url.split("/")[2].lower().removesuffix(":80").removesuffix(":443")
     )
@@ -103,14 +98,15 @@ def test_the_signing_key_follows_the_day_and_the_secret(monkeypatch: pytest.Monk
     rotated = Credentials("AKIDOTHER", "another/secret").get_frozen_credentials()
     tomorrow = NOW + datetime.timedelta(days=1)
     for credentials, now in ((KEY, NOW), (KEY, tomorrow), (rotated, tomorrow), (KEY, NOW)):
-        expected = botocore_signed(monkeypatch, credentials, "PUT", url, BODY, {}, now)
-        signed = ours(signer, credentials, "PUT", url, BODY, {}, now)
+        request = Request(credentials, "PUT", url, BODY, {}, now)
+        expected = botocore_signed(monkeypatch, request)
+        signed = ours(signer, request)
         assert signed["Authorization"] == expected["Authorization"]
 
 
 def test_a_body_that_is_not_the_signed_one_changes_the_signature() -> None:
     url = "http://127.0.0.1:7070/pdfqueue/p/pdfs/7/x.pdf"
     signer = SigV4("eu-west-1")
-    one = ours(signer, KEY, "PUT", url, BODY, {})
-    other = ours(signer, KEY, "PUT", url, BODY + b" ", {})
+    one = ours(signer, Request(KEY, "PUT", url, BODY))
+    other = ours(signer, Request(KEY, "PUT", url, BODY + b" "))
     assert one["Authorization"] != other["Authorization"]
