@@ -206,3 +206,21 @@ async def test_a_job_counts_its_deferred_scans_and_records_nothing_for_them() ->
     assert out == {refs[0]: read}
     assert deferred == set(refs[1:])
     assert OCR_DEFERRED._value.get() - before == 2
+
+
+async def test_a_try_whose_scans_wait_for_a_turn_runs_again_when_one_may_be_free() -> None:
+    """Not at once: each run reads the job's span again, only to find the turns taken."""
+    from types import SimpleNamespace
+
+    from pdfqueue_worker import tasks
+
+    class Redis:
+        async def set(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    deps = SimpleNamespace(redis=Redis(), backoff_s=lambda job_try: 1.0)
+    ctx = {"job_try": 1, "job_id": "process:b:0"}
+    waiting = tasks.ScansWaiting("3 PDFs wait for an OCR turn", 30.0)
+    assert (await tasks.retry_later(deps, ctx, waiting)).defer_score == 30_000  # type: ignore[arg-type]
+    cut_short = TimeoutError("3 PDFs were not parsed in time")
+    assert (await tasks.retry_later(deps, ctx, cut_short)).defer_score == 1_000  # type: ignore[arg-type]

@@ -42,7 +42,7 @@ KEPT_ENVIRONMENT = (
 """All a parsing process keeps of the worker's environment: never a password, key or token."""
 GROUP_BUDGET_S = 0.25
 """A group task (`read_members`) takes no new PDF after this long: a few dense pages each
-take milliseconds, so a group of 16 is one task, and a slow group still returns often."""
+take milliseconds, so a job's group of 32 is one task, and a slow group still returns often."""
 OCR_FIRST_GUESS_S = 2.0
 """What an OCR pass is taken to cost until one has been timed (a 300 dpi page, one core)."""
 OCR_AVERAGE_WEIGHT = 0.3
@@ -397,6 +397,10 @@ class Extractor:
         """OCR passes running or waiting for their turn."""
         return self._ocr_load
 
+    def ocr_wait_s(self) -> float:
+        """About how long a new OCR pass would wait for its turn, going by recent passes."""
+        return self._ocr_load // self.processes * self._ocr_seconds
+
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> Extractor:
         """The worker's extractor for these settings (the one place that maps them);
@@ -552,23 +556,30 @@ class Extractor:
             return replace(more, has_text=more.has_text or first.has_text)
         how = Ocr(handover=False, budget=self.ocr_max_pages, tessdata=self.tessdata)
         loop = asyncio.get_running_loop()
-        turns = self.processes
-        if until is not None and self._ocr_load >= turns:  # no free turn: would it fit?
-            rounds = self._ocr_load // turns + 1
-            if loop.time() + rounds * self._ocr_seconds > until:
-                return None
+        busy = self._ocr_load >= self.processes  # no free turn: would it end in time?
+        if (
+            busy
+            and until is not None
+            and loop.time() + self.ocr_wait_s() + self._ocr_seconds > until
+        ):
+            return None
         self._ocr_load += 1
         try:
             async with self._ocr_turns:
                 started = loop.time()
                 try:
                     more = await self._run(self.ocr_timeout_s, fn, *args(first.ocr_from, how))
-                finally:
-                    took = loop.time() - started
-                    self._ocr_seconds += (took - self._ocr_seconds) * OCR_AVERAGE_WEIGHT
+                except Unreadable:  # timed out or crashed: that took its time too
+                    self._timed(loop.time() - started)
+                    raise
+                self._timed(loop.time() - started)  # (a cancelled pass says nothing)
         finally:
             self._ocr_load -= 1
         return replace(more, has_text=more.has_text or first.has_text)
+
+    def _timed(self, seconds: float) -> None:
+        """Fold one OCR pass's duration into the moving average."""
+        self._ocr_seconds += (seconds - self._ocr_seconds) * OCR_AVERAGE_WEIGHT
 
     async def _run(self, timeout_s: float, fn: Callable[..., Result], *args: Any) -> Extraction:
         result: Result = await self._schedule(timeout_s, fn, *args)

@@ -86,6 +86,15 @@ async def give_try_back(ctx: dict[str, Any]) -> None:
 LAST_ERROR_TTL_S = 7 * 24 * 3600
 
 
+class ScansWaiting(TimeoutError):
+    """A try that recorded nothing because its scans wait for the worker's OCR turns: it runs
+    again once a turn may be free, not at once (each run reads the job's span again)."""
+
+    def __init__(self, message: str, wait_s: float) -> None:
+        super().__init__(message)
+        self.wait_s = wait_s
+
+
 async def retry_later(deps: Deps, ctx: dict[str, Any], exc: Exception) -> Retry:
     """Remember why this try failed (the final reason if tries run out), then defer a retry."""
     reason = transient_reason(exc)
@@ -94,7 +103,10 @@ async def retry_later(deps: Deps, ctx: dict[str, Any], exc: Exception) -> Retry:
     )
     with contextlib.suppress(Exception):  # Redis may be the thing that is down
         await deps.redis.set(keys.last_error(ctx["job_id"]), reason, ex=LAST_ERROR_TTL_S)
-    return Retry(defer=deps.backoff_s(ctx["job_try"]))
+    defer = deps.backoff_s(ctx["job_try"])
+    if isinstance(exc, ScansWaiting):
+        defer = max(defer, exc.wait_s)
+    return Retry(defer=defer)
 
 
 async def last_try_error(deps: Deps, ctx: dict[str, Any]) -> str:
@@ -208,9 +220,13 @@ async def process(
             )
             outcomes = await record_outcomes(deps, batch_id, decided)
             if len(decided) < len(todo):
+                left = len(todo) - len(decided)
                 if decided or deferred:  # progress, or held back by the worker's OCR queue
                     await give_try_back(ctx)
-                raise TimeoutError(f"{len(todo) - len(decided)} PDFs were not parsed in time")
+                if deferred and not decided:
+                    wait_s = deps.extractor.ocr_wait_s()
+                    raise ScansWaiting(f"{left} PDFs wait for an OCR turn", wait_s)
+                raise TimeoutError(f"{left} PDFs were not parsed in time")
     except Exception as exc:
         raise await retry_later(deps, ctx, exc) from exc
     return ", ".join(f"{n} {o.value}" for o, n in Counter(outcomes).items())
