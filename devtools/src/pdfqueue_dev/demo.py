@@ -58,6 +58,10 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
 
     url = f"http://127.0.0.1:{port}"
     status: dict[str, Any] = {"status": "not started"}
+    # SIGTERM (`kill`, `timeout`, uv passing on a closing terminal's signal) and SIGHUP stop
+    # the API and workers as Ctrl-C does; by default they would end this process alone.
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, _interrupt)
     children = [_spawn(["api", "--port", str(port)], env, "api")]
     children += [_spawn(["worker"], env, f"worker-{i + 1}") for i in range(workers)]
     try:
@@ -82,7 +86,8 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
         )
         if wait:
             console.print("[bold]the API and workers keep running; Ctrl-C stops them[/bold]")
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            while True:
+                signal.pause()  # until a signal above raises KeyboardInterrupt
     except KeyboardInterrupt:
         pass
     finally:
@@ -104,6 +109,10 @@ async def _prepare(settings: Settings, files: int, zip_path: Path, *, generate: 
         await asyncio.to_thread(write_zip, corpus, zip_path, seed=42)
     expected = ", ".join(f"{k} {v}" for k, v in corpus.counts().items())
     console.print(f"{len(corpus.users)} users in table {DEMO_TABLE}; expected: {expected}")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _spawn(args: list[str], env: dict[str, str], name: str) -> Child:
