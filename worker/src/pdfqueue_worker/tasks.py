@@ -16,7 +16,7 @@ from arq import Retry
 from arq.constants import retry_key_prefix
 
 from pdfqueue.domain import keys
-from pdfqueue.domain.errors import PermanentError, transient_reason
+from pdfqueue.domain.errors import PdfQueueError, PermanentError, transient_reason
 from pdfqueue.domain.models import (
     TERMINAL,
     BatchStatus,
@@ -86,7 +86,7 @@ async def give_try_back(ctx: dict[str, Any]) -> None:
 LAST_ERROR_TTL_S = 7 * 24 * 3600
 
 
-class ScansWaiting(TimeoutError):
+class ScansWaiting(PdfQueueError, TimeoutError):
     """A try that recorded nothing because its scans wait for the worker's OCR turns: it runs
     again once a turn may be free, not at once (each run reads the job's span again)."""
 
