@@ -546,17 +546,26 @@ class Extractor:
     ) -> Extraction | None:
         """From a page without a usable text layer on, a second pass that may OCR, with its
         own time limit (Tesseract takes seconds where PDFium takes ms), in its turn among
-        the OCR passes. None: every turn is taken and, going by how long passes take, its
-        turn would not end by `until`, so it did not queue (with a free turn it always
-        starts, so OCR never stalls)."""
+        the OCR passes (`_ocr_pass`). None: it did not start before `until`."""
         if first.ocr_from is None:
             return first
-        if not self.ocr_max_pages:  # no OCR: the rest of the text layer, in milliseconds
+        if self.ocr_max_pages:
+            how = Ocr(handover=False, budget=self.ocr_max_pages, tessdata=self.tessdata)
+            more = await self._ocr_pass(fn, args(first.ocr_from, how), until)
+        else:  # no OCR: the rest of the text layer, in milliseconds
             more = await self._run(self.timeout_s, fn, *args(first.ocr_from, NO_OCR))
-            return replace(more, has_text=more.has_text or first.has_text)
-        how = Ocr(handover=False, budget=self.ocr_max_pages, tessdata=self.tessdata)
+        if more is None:
+            return None
+        return replace(more, has_text=more.has_text or first.has_text)
+
+    async def _ocr_pass(
+        self, fn: Callable[..., Result], args: tuple[Any, ...], until: float | None
+    ) -> Extraction | None:
+        """`fn(*args)` in its turn among the worker's OCR passes. None: every turn is taken
+        and, going by how long passes take, its turn would not end by `until`, so it did not
+        queue (with a free turn it always starts, so OCR never stalls)."""
         loop = asyncio.get_running_loop()
-        busy = self._ocr_load >= self.processes  # no free turn: would it end in time?
+        busy = self._ocr_load >= self.processes
         if (
             busy
             and until is not None
@@ -568,14 +577,14 @@ class Extractor:
             async with self._ocr_turns:
                 started = loop.time()
                 try:
-                    more = await self._run(self.ocr_timeout_s, fn, *args(first.ocr_from, how))
+                    more = await self._run(self.ocr_timeout_s, fn, *args)
                 except Unreadable:  # timed out or crashed: that took its time too
                     self._timed(loop.time() - started)
                     raise
                 self._timed(loop.time() - started)  # (a cancelled pass says nothing)
+                return more
         finally:
             self._ocr_load -= 1
-        return replace(more, has_text=more.has_text or first.has_text)
 
     def _timed(self, seconds: float) -> None:
         """Fold one OCR pass's duration into the moving average."""
