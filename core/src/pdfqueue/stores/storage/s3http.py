@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import random
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -131,6 +132,22 @@ def host_header(url: str) -> str:
     return host
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the bucket's objects are, as the boto3 client resolves it (worked out once)."""
+
+    url: str
+    """The objects' base URL (ending in "/"); a key's encoded path follows it."""
+    host: str
+    """The Host header of `url`, as signed."""
+    path: str
+    """The path of `url`, as signed."""
+
+    @classmethod
+    def of(cls, url: str) -> Endpoint:
+        return cls(url, host_header(url), urlsplit(url).path)
+
+
 class AsyncS3:
     """Ranged GET, PUT and DELETE of one bucket and prefix over a long-lived aiohttp session.
 
@@ -153,8 +170,7 @@ class AsyncS3:
         self.bucket = bucket
         self.prefix = prefix
         self.connections = connections
-        self._base_url: str | None = None
-        self._host = ""
+        self._endpoint: Endpoint | None = None
         self._signer = SigV4(client.meta.region_name)
         self._session: aiohttp.ClientSession | None = None
 
@@ -178,8 +194,8 @@ class AsyncS3:
             await self._session.close()
             self._session = None
 
-    def _url(self, key: str) -> str:
-        if self._base_url is None:
+    def _resolved(self) -> Endpoint:
+        if self._endpoint is None:
             # The client's own endpoint resolution (path or virtual-host style, custom endpoint)
             # for this bucket, done once: presigning only builds a URL, nothing is sent.
             probe = "probe"
@@ -189,10 +205,8 @@ class AsyncS3:
                 )
             except BotoCoreError as exc:
                 raise StorageError(f"S3 unreachable: {exc}") from exc
-            self._base_url = url.split("?", 1)[0].removesuffix(probe)
-            self._host = host_header(self._base_url)
-        path: str = percent_encode(self.prefix + key, safe="/~")  # as botocore encodes a Key
-        return self._base_url + path
+            self._endpoint = Endpoint.of(url.split("?", 1)[0].removesuffix(probe))
+        return self._endpoint
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -205,16 +219,16 @@ class AsyncS3:
         return self._session
 
     def _sign(
-        self, method: str, url: str, body: bytes, headers: dict[str, str], sha256: str | None
+        self, method: str, path: str, body: bytes, headers: dict[str, str], sha256: str | None
     ) -> dict[str, str]:
         credentials = self.client._get_credentials()  # the client's provider chain
         if credentials is None:
             raise StorageError(f"S3 unreachable: {NoCredentialsError()}")
         digest = sha256 or hashlib.sha256(body).hexdigest()
         frozen = credentials.get_frozen_credentials()
-        path = urlsplit(url).path
+        host = self._resolved().host
         return self._signer.headers(
-            frozen, method, host=self._host, path=path, headers=headers, payload_sha256=digest
+            frozen, method, host=host, path=path, headers=headers, payload_sha256=digest
         )
 
     async def _request(
@@ -227,11 +241,13 @@ class AsyncS3:
         sha256: str | None = None,
     ) -> tuple[int, bytes]:
         """Status and body of a 2xx answer; retries what botocore retries, then raises."""
-        url = self._url(key)
+        endpoint = self._resolved()
+        encoded: str = percent_encode(self.prefix + key, safe="/~")  # as botocore encodes a Key
+        url, path = endpoint.url + encoded, endpoint.path + encoded
         attempt = 0
         while True:
             attempt += 1
-            signed = self._sign(method, url, body, headers or {}, sha256)
+            signed = self._sign(method, path, body, headers or {}, sha256)
             try:
                 async with self._http().request(
                     method, URL(url, encoded=True), data=body or None, headers=signed
