@@ -79,11 +79,8 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
         elapsed = time.monotonic() - started
         print_summary(status, as_json=False)
         rate = status["processed"] / elapsed
-        console.print(
-            f"{status['processed']} PDFs in {elapsed:.1f}s ({rate:.0f}/s)\n"
-            f"page:    {url}/ (token: {token or 'none'})\nstatus:  {url}/v1/batches/{batch_id}\n"
-            f"report:  {url}/v1/batches/{batch_id}/files?format=csv\nlogs:    {STATE}/*.log"
-        )
+        console.print(f"{status['processed']} PDFs in {elapsed:.1f}s ({rate:.0f}/s)")
+        print_links(console, url, batch_id, token)
         if wait:
             console.print("[bold]the API and workers keep running; Ctrl-C stops them[/bold]")
             while True:
@@ -94,6 +91,21 @@ def run_demo(files: int, workers: int, port: int, *, wait: bool) -> int:
         stop_all(children, timeout_s=30)
         console.print("stopped the API and workers")
     return 0 if status["status"] == "COMPLETED" else 1
+
+
+def print_links(out: Console, url: str, batch_id: str, token: str | None) -> None:
+    """Where to look next, one line each, never wrapped: a URL or a token is copied whole."""
+    lines = (
+        f"page:    {url}/",
+        f"token:   {token or 'none'}",
+        f"status:  {url}/v1/batches/{batch_id}",
+        f"report:  {url}/v1/batches/{batch_id}/files?format=csv",
+        f"logs:    {STATE}/*.log",
+    )
+    for line in lines:
+        # soft_wrap: rich otherwise breaks a line at the console's width (80 columns when
+        # piped), mid-URL; crop=False keeps it from cutting the line off instead.
+        out.print(line, soft_wrap=True, crop=False, highlight=False, markup=False)
 
 
 async def _prepare(settings: Settings, files: int, zip_path: Path, *, generate: bool) -> None:

@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             f"[red]error:[/red] cannot reach the pdfqueue API at {url}"
             f" ({exc or type(exc).__name__}); is it running, and is --url (PDFQUEUE_URL) right?",
             highlight=False,
+            soft_wrap=True,  # never break the URL at the console's width: it gets copied
         )
         return EXIT_ERROR
     except KeyboardInterrupt:
