@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # `make bench` runs services of its own, on ports of their own, and stops them when it ends.
 # versitygw keeps the bench's objects in memory: on a disk, its CPU per PUT depended on what had
 # been deleted there minutes before (ext4 without a journal scans recently freed inodes on each
-# create), 0.5-1.5 ms per PDF from one run to the next; see docs/capacity.md.
+# create), 0.5-1.5 ms per PDF from one run to the next; see docs/development/bench.md.
 BENCH_STATE ?= $(CURDIR)/.state-bench
 BENCH_PORTS ?= PDFQUEUE_REDIS_PORT=16579 PDFQUEUE_PG_PORT=15632 PDFQUEUE_S3_PORT=17270
 BENCH_SHM := /dev/shm/pdfqueue-bench-$(shell id -u)
@@ -26,14 +26,16 @@ BENCH_ARGS ?=
 # `make demo DEMO_ARGS="--port 8001 --no-wait"`: another port, and exit once the batch is done
 DEMO_ARGS ?=
 
-.PHONY: help deps tools services services-stop test lint demo bench clean
+.PHONY: help deps tools services services-stop test lint docs docs-refs demo bench clean
 
 help:
 	@echo "make demo   - run the whole pipeline on 300 generated résumés (installs what is missing)"
 	@echo "make test   - start Redis, PostgreSQL and an S3 server, then run the test suite"
 	@echo "              (with the chart on real pods where containers can run; PYTEST_ARGS=--no-pods"
 	@echo "              or PDFQUEUE_PODS=0 skips them, PYTEST_ARGS=--pods fails where they cannot run)"
-	@echo "make lint   - ruff, mypy (strict on every package and bench/) and the import layer contracts"
+	@echo "make lint   - ruff, mypy (strict on every package and bench/), the import layer contracts"
+	@echo "              and the docs site (mkdocs --strict: dead links and pages missing from nav fail)"
+	@echo "make docs-refs - regenerate docs/'s reference pages from the code (settings, CLI, metrics, ...)"
 	@echo "make bench  - throughput and memory benchmarks against the seed peer, on services of"
 	@echo "              their own (BENCH=mission|load|... runs another of bench/'s programs)"
 
@@ -68,6 +70,13 @@ lint: deps
 	$(UV) run ruff check .
 	$(UV) run mypy
 	$(UV) run lint-imports
+	$(MAKE) --no-print-directory docs
+
+docs:  ## the docs site into site/ (git-ignored); --strict fails on a dead link or a page not in nav
+	$(UV) run mkdocs build --strict --quiet
+
+docs-refs:  ## the generated reference pages of docs/; tests/unit/test_generated_docs.py checks them
+	$(UV) run python -m pdfqueue_dev.refdocs
 
 demo: deps
 	export $(DEMO_PORTS); \

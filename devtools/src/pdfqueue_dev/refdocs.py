@@ -1,0 +1,344 @@
+"""Writes the reference pages of docs/ from the code: settings, CLI, metrics, reasons, chart values.
+
+Run `uv run python -m pdfqueue_dev.refdocs` (or `make docs-refs`) after changing any of them;
+`tests/unit/test_generated_docs.py` fails while a page is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client import Counter, Gauge, Histogram
+
+from pdfqueue.cli.main import EXIT_CODES, build_parser
+from pdfqueue.domain import settings as settings_module
+from pdfqueue.domain.advice import ADVICE
+from pdfqueue.domain.errors import is_transient, transient_reasons
+from pdfqueue.domain.models import Outcome
+from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
+
+ROOT = Path(__file__).resolve().parents[3]
+COMMAND = "uv run python -m pdfqueue_dev.refdocs"
+VALUES = ROOT / "charts/pdfqueue/values.yaml"
+
+SKIP_REASONS = {
+    Outcome.SKIPPED_NO_MATCH: ("no_email", "no_user", "needs_ocr"),
+    Outcome.SKIPPED_AMBIGUOUS: ("ambiguous",),
+    Outcome.SKIPPED_ALREADY_EXISTS: ("already_linked", "duplicate"),
+}
+"""The reasons of each skip; every other reason is a `failed` file's."""
+OUTCOME_MEANING = {
+    Outcome.LINKED: "The PDF is stored and its user's `pdf_url` points at it.",
+    Outcome.SKIPPED_NO_MATCH: "No address in the PDF belongs to a user: nothing was linked.",
+    Outcome.SKIPPED_AMBIGUOUS: (
+        "Two different users' addresses where the owner's belongs: counted, reported, never"
+        " guessed."
+    ),
+    Outcome.SKIPPED_ALREADY_EXISTS: "The user already has a PDF: nothing was replaced.",
+    Outcome.FAILED: "The file could not be read or stored; the reason says why.",
+}
+
+
+def header(title: str, source: str) -> str:
+    return (
+        f"# {title}\n\n"
+        f"*Generated from {source} by `{COMMAND}` (`make docs-refs`): edit the source, not"
+        " this page.*\n"
+    )
+
+
+def cell(text: str) -> str:
+    """One table cell: a single line, pipes escaped, `<` outside code spans kept as text."""
+    parts = " ".join(text.split()).replace("|", "\\|").split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
+
+
+# --- settings -------------------------------------------------------------------------------
+
+
+def _field_docs() -> Iterator[tuple[str, str, str]]:
+    """(section, field name, docstring) of Settings, in source order."""
+    source = inspect.getsource(settings_module)
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+    section = ""
+    body = cls.body
+    for i, node in enumerate(body):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        start = body[i - 1].end_lineno if i else cls.lineno
+        for line in lines[start : node.lineno - 1]:
+            found = re.match(r"\s*# --- (.*?) -*$", line)
+            if found:
+                # a section's pointer to its docs page is for readers of the code
+                section = re.sub(r"\s*\(docs/[^)]*\)", "", found.group(1))
+        nxt = body[i + 1] if i + 1 < len(body) else None
+        doc = ""
+        if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            doc = str(nxt.value.value)
+        yield section, node.target.id, doc
+
+
+def _env_names(name: str) -> str:
+    alias = Settings.model_fields[name].validation_alias
+    if alias is None:
+        return f"`PDFQUEUE_{name.upper()}`"
+    choices = getattr(alias, "choices", [alias])
+    return " or ".join(f"`{c}`" for c in choices)
+
+
+def _type(name: str) -> str:
+    annotation = Settings.model_fields[name].annotation
+    text = getattr(annotation, "__name__", None) or str(annotation)
+    text = re.sub(r"typing\.|pydantic\.types\.|pdfqueue\.domain\.settings\.", "", str(text))
+    text = text.replace("NoneType", "None")
+    return text if "[" in text or "|" in text else getattr(annotation, "__name__", text)
+
+
+def _default(name: str) -> str:
+    field = Settings.model_fields[name]
+    value = field.get_default(call_default_factory=True)
+    if value is None:
+        return "unset"
+    if isinstance(value, frozenset | tuple | list):
+        return f"`{','.join(sorted(value))}`" if value else "empty"
+    if isinstance(value, dict):
+        return f"`{json.dumps(value)}`" if value else "`{}`"
+    return f"`{value}`"
+
+
+def settings_page() -> str:
+    out = [
+        header("Settings reference", "`core/src/pdfqueue/domain/settings.py`"),
+        "Every setting is an environment variable, read once at start by the one `Settings`"
+        " class. AWS credentials use the standard `AWS_*` variables. A value that does not"
+        " validate stops the process with the setting's name, never its value.\n",
+    ]
+    section = None
+    for sec, name, doc in _field_docs():
+        if sec != section:
+            section = sec
+            out += [
+                f"\n## {sec[0].upper() + sec[1:]}\n",
+                "| variable | type | default | meaning |",
+                "|---|---|---|---|",
+            ]
+        out.append(
+            f"| {_env_names(name)} | `{cell(_type(name))}` | {cell(_default(name))} | {cell(doc)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+            continue
+        if action.option_strings:
+            metavar = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
+            name = ", ".join(f"{o}{metavar}" for o in action.option_strings)
+        else:
+            name = str(action.metavar or action.dest)
+        what = action.help or ""
+        if action.choices and action.option_strings:
+            what = f"{what} (one of {', '.join(map(str, action.choices))})".strip()
+        rows.append(f"| `{name}` | {cell(what)} |")
+    return rows
+
+
+def cli_page() -> str:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    out = [
+        header("CLI reference", "the parser of `core/src/pdfqueue/cli/main.py`"),
+        "Run from a checkout as `uv run pdfqueue COMMAND`. Client commands read `PDFQUEUE_URL`"
+        " and `PDFQUEUE_TOKEN` (or `--url`, `--token`); each `--help` ends with an example.\n",
+        "| command | what it does |",
+        "|---|---|",
+    ]
+    out += [f"| [`{n}`](#pdfqueue-{n}) | {cell(helps.get(n) or '')} |" for n in sorted(sub.choices)]
+    for name in sorted(sub.choices):
+        command = sub.choices[name]
+        usage = command.format_usage().removeprefix("usage: ").strip()
+        out += [
+            f"\n## pdfqueue {name}\n",
+            f"{helps.get(name) or ''}\n",
+            "```",
+            " ".join(usage.split()),
+            "```\n",
+        ]
+        rows = _options(command)
+        if rows:
+            out += ["| argument | meaning |", "|---|---|", *rows]
+    out += ["\n## Exit codes\n", "```", EXIT_CODES.removeprefix("exit codes:\n"), "```"]
+    return "\n".join(out) + "\n"
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+def metrics_page() -> str:
+    exported_by: dict[int, list[str]] = {}
+    for group, members in metrics._GROUPS.items():
+        for metric in members:
+            exported_by.setdefault(id(metric), []).append(group)
+    processes = {
+        "queue": "API, worker (the queue gauges)",
+        "api": "API",
+        "worker": "worker",
+        "operator": "operator",
+    }
+    out = [
+        header("Metrics reference", "`core/src/pdfqueue/observability/metrics.py`"),
+        "Every process serves its own `/metrics`; see [Observability](observability.md).\n",
+        "| metric | type | labels | exported by | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    collected = [m for m in vars(metrics).values() if isinstance(m, Counter | Gauge | Histogram)]
+    for metric in sorted(collected, key=lambda m: m._name):
+        name = metric._name + ("_total" if metric._type == "counter" else "")
+        groups = exported_by.get(id(metric))
+        where = ", ".join(processes[g] for g in groups) if groups else "every process"
+        labels = ", ".join(f"`{label}`" for label in metric._labelnames)
+        out.append(
+            f"| `{name}` | {metric._type} | {labels} | {where} | {cell(metric._documentation)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+# --- outcomes and reasons -------------------------------------------------------------------
+
+
+def outcomes_page() -> str:
+    skip = {r: o for o, reasons in SKIP_REASONS.items() for r in reasons}
+    out = [
+        header(
+            "Outcomes and reasons",
+            "`models.py`, `errors.py` and `advice.py` of `core/src/pdfqueue/domain/`",
+        ),
+        "Every counted file ends with exactly one outcome; every outcome but `linked` has a"
+        " reason. A file retry (`pdfqueue retry`, `POST /v1/batches/{id}/retry`) re-runs the"
+        " failed files whose reason may pass; `--all-failed` re-runs every failed file.\n",
+        "| outcome | meaning |",
+        "|---|---|",
+        *(f"| `{o.value}` | {cell(OUTCOME_MEANING[o])} |" for o in Outcome),
+        "\nMembers that are not PDFs by name are listed as `ignored` and not counted; a file"
+        " being retried shows `retrying` until its new outcome. How addresses are found and"
+        " when two users make a file `skipped_ambiguous`:"
+        " [Extraction](../architecture/extraction.md).\n",
+        "## Reasons\n",
+        "| reason | outcome | what happened | what to do | retried by a plain retry |",
+        "|---|---|---|---|---|",
+    ]
+    for reason, (what, todo) in ADVICE.items():
+        outcome = skip.get(reason, Outcome.FAILED).value
+        retried = "yes" if outcome == "failed" and is_transient(reason) else "no"
+        out.append(f"| `{reason}` | `{outcome}` | {cell(what)} | {cell(todo)} | {retried} |")
+    transient = [r for r in transient_reasons() if r not in ADVICE]
+    out += [
+        "\nA transient failure (a dependency down, a job past its deadline) is retried with"
+        " backoff up to `PDFQUEUE_MAX_TRIES`; after that the file fails with the last one of"
+        " these reasons, and a plain retry re-runs it:\n",
+        ", ".join(f"`{r}`" for r in transient) + ".",
+    ]
+    return "\n".join(out) + "\n"
+
+
+# --- chart values ---------------------------------------------------------------------------
+
+
+def _value_comments(text: str) -> Iterator[tuple[str, str]]:
+    """(dotted key, comment) for every key whose comment starts with its own (dotted) name."""
+    path: list[tuple[int, str]] = []
+    comment: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment.append(stripped.lstrip("#").strip())
+            continue
+        key = re.match(r"^(\s*)([A-Za-z0-9_.-]+|\"[^\"]+\"):", line)
+        if not key or stripped.startswith("-"):
+            comment = []
+            continue
+        indent, name = len(key.group(1)), key.group(2).strip('"')
+        while path and path[-1][0] >= indent:
+            path.pop()
+        path.append((indent, name))
+        dotted = ".".join(p for _, p in path)
+        words = " ".join(comment)
+        if words.split(" ", 1)[0] in {dotted, name}:  # tests/test_chart.py allows either
+            yield dotted, words.split(" ", 1)[1] if " " in words else ""
+        comment = []
+
+
+def _lookup(values: dict[str, Any], dotted: str) -> Any:
+    node: Any = values
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, dict) and value:
+        return "(map)"
+    text = json.dumps(value, ensure_ascii=False)
+    return f"`{text}`"
+
+
+def chart_page() -> str:
+    text = VALUES.read_text()
+    values = yaml.safe_load(text)
+    out = [
+        header("Chart values", "the comments of `charts/pdfqueue/values.yaml`"),
+        "Each value's comment in `values.yaml` starts with its own name; this table is"
+        " built from those comments. `values.schema.json` checks every key (types, patterns,"
+        " ranges) and refuses unknown ones.\n",
+        "| value | default | meaning |",
+        "|---|---|---|",
+    ]
+    for dotted, words in _value_comments(text):
+        out.append(f"| `{dotted}` | {cell(_value_text(_lookup(values, dotted)))} | {cell(words)} |")
+    return "\n".join(out) + "\n"
+
+
+PAGES: dict[str, Callable[[], str]] = {
+    "docs/operations/settings.md": settings_page,
+    "docs/operations/chart-values.md": chart_page,
+    "docs/operations/metrics.md": metrics_page,
+    "docs/user-guide/cli-reference.md": cli_page,
+    "docs/user-guide/outcomes.md": outcomes_page,
+}
+"""Each generated page (relative to the repository root) and the function that writes it."""
+
+
+def render() -> dict[str, str]:
+    return {path: build() for path, build in PAGES.items()}
+
+
+def main() -> int:
+    for path, text in render().items():
+        target = ROOT / path
+        if not target.exists() or target.read_text() != text:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
