@@ -92,7 +92,7 @@ def settings(services: dict[str, str], migrated: None, request: pytest.FixtureRe
         "storage_url": f"s3://pdfqueue/t-{tag}",
         "worker_poll_delay_s": 0.01,
         "extract_processes": 2,
-        "worker_max_jobs": 4,  # what the timings and fairness figures in the README were taken at
+        "worker_max_jobs": 4,  # what the timings and fairness figures in docs/ were taken at
         "job_timeout_s": 20,
         "job_completion_wait_s": 30,
         "retry_base_delay_s": 0.05,

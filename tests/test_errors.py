@@ -75,14 +75,15 @@ def test_retry_reasons_are_the_taxonomys() -> None:
     assert transient_reason(ValueError()) == "internal_error"
 
 
-def test_the_readme_lists_every_retry_reason() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_outcomes_page_lists_every_retry_reason() -> None:
+    page = (ROOT / "docs/user-guide/outcomes.md").read_text()
     found = re.search(
-        r"the last\s+transient error after `PDFQUEUE_MAX_TRIES`:(.*?)\)\.", readme, re.S
+        r"after that the file fails with the last one of these reasons.*?\n\n(.*?)\n", page, re.S
     )
     assert found is not None
     listed = set(re.findall(r"`([a-z_]+)`", found.group(1)))
-    assert listed == {*transient_reasons(), "worker_lost"}
+    in_table = set(re.findall(r"^\| `([a-z_]+)` \| `failed` \|.*\| yes \|$", page, re.M))
+    assert listed | in_table == {*transient_reasons(), "worker_lost"}
 
 
 def _modules(package: object) -> list[str]:

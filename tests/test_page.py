@@ -18,7 +18,7 @@ from tests.support.helpers import ACME, ACME_TOKEN, MakeCorpus, RunWorker
 
 DOCS = ROOT / "docs"
 UPDATE_SCREENSHOTS = os.environ.get("PDFQUEUE_UPDATE_SCREENSHOTS") == "1"
-"""Save the screenshots over the README's (docs/); otherwise they go to the test's tmp dir."""
+"""Save the screenshots over the docs' (docs/*.png); otherwise they go to the test's tmp dir."""
 
 
 async def until(browser: DevTools, expression: str) -> object:

@@ -33,7 +33,7 @@ HOOKS = pytest.mark.settings(
 
 
 def verify(secret: str, header: str, body: bytes, tolerance_s: int = 300) -> bool:
-    """The README's verification snippet, verbatim."""
+    """The verification snippet of docs/user-guide/webhooks.md, verbatim."""
     fields = dict(part.split("=", 1) for part in header.split(","))
     timestamp = int(fields["t"])
     expected = hmac.new(

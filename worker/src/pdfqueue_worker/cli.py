@@ -33,6 +33,6 @@ def run(args: argparse.Namespace) -> int:
     metrics.register("worker")
     metrics.serve(settings.metrics_port)
     # libuv's event loop, as the API's through uvicorn: in paired runs the worker's own CPU
-    # per PDF went down by a tenth and goodput up by 4% (README, Performance)
+    # per PDF went down by a tenth and goodput up by 4%
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return supervise(lambda: build_worker(settings, burst=args.burst))

@@ -330,7 +330,7 @@ class Settings(BaseSettings):
     enqueue_chunk: int = 500
     """Process jobs written to Redis per round trip by ingest."""
 
-    # --- completion webhooks (see README "Webhooks") ------------------------------------------
+    # --- completion webhooks (docs/user-guide/webhooks.md) ------------------------------------
     webhook_urls: dict[str, str] = Field(default_factory=dict)
     """Per-tenant completion webhook as JSON, e.g. `{"acme": "https://hooks.acme.example/pdf"}`:
     called when any of the tenant's batches completes, unless its upload named its own
@@ -346,7 +346,7 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = Field(default=10.0, gt=0)
     """Time limit of one webhook request (connect, send, answer)."""
 
-    # --- fair dispatch (see README "Fair dispatch") -------------------------------------------
+    # --- fair dispatch (docs/architecture/fair-dispatch.md) -----------------------------------
     dispatch_fair: bool = True
     """Release process jobs into the queue fairly, in windows, instead of all at ingest."""
     dispatch_window_jobs: int = Field(default=0, ge=0)

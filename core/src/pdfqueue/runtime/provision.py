@@ -42,7 +42,7 @@ async def provision(settings: Settings) -> Provisioned:
 
 async def _expire_uploads(storage: Storage, days: int) -> str:
     """Keep the uploads expiry rule; a store that cannot hold one only costs a warning, since
-    the uploads then stay until a cleanup step removes them (see the README)."""
+    the uploads then stay until a cleanup step removes them (docs/operations/data-retention.md)."""
     if days == 0:
         return "off"
     where = storage.backend.describe()
@@ -54,7 +54,7 @@ async def _expire_uploads(storage: Storage, days: int) -> str:
     if not applied:
         log.warning(
             "%s has no lifecycle rules: uploads/ is never cleaned; remove uploads older than "
-            "%d days with a cleanup step (README: Uploads expiry)",
+            "%d days with a cleanup step (docs/operations/data-retention.md)",
             where,
             days,
         )
