@@ -5,7 +5,8 @@ Each PDF is one page of a typical résumé (`bench.documents`) as a scanner give
 batch goes through a fresh API and workers at their default settings (as `bench.pipeline`
 starts them); the bench reports its time, its outcomes and reasons, and how many tries the
 jobs took. A job of scans needs far more parsing time than a try has, so this is where jobs
-used to run out of tries (docs/architecture/extraction.md, "Scans in bulk"); any `failed` here is a finding.
+used to run out of tries (docs/architecture/extraction.md, "Scans in bulk"); any `failed` here
+is a finding.
 
     uv run python -m bench.scans [--n 96] [--dpi 300] [--workers 1]
 """

@@ -66,8 +66,8 @@ def cell(text: str) -> str:
 # --- settings -------------------------------------------------------------------------------
 
 
-def _field_docs() -> Iterator[tuple[str, str, str]]:
-    """(section, field name, docstring) of Settings, in source order."""
+def _field_docs() -> Iterator[tuple[str, str, str, str]]:
+    """(section, field name, type as written, docstring) of Settings, in source order."""
     source = inspect.getsource(settings_module)
     tree = ast.parse(source)
     lines = source.splitlines()
@@ -87,7 +87,7 @@ def _field_docs() -> Iterator[tuple[str, str, str]]:
         doc = ""
         if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
             doc = str(nxt.value.value)
-        yield section, node.target.id, doc
+        yield section, node.target.id, _type(node.annotation), doc
 
 
 def _env_names(name: str) -> str:
@@ -98,12 +98,33 @@ def _env_names(name: str) -> str:
     return " or ".join(f"`{c}`" for c in choices)
 
 
-def _type(name: str) -> str:
-    annotation = Settings.model_fields[name].annotation
-    text = getattr(annotation, "__name__", None) or str(annotation)
-    text = re.sub(r"typing\.|pydantic\.types\.|pdfqueue\.domain\.settings\.", "", str(text))
-    text = text.replace("NoneType", "None")
-    return text if "[" in text or "|" in text else getattr(annotation, "__name__", text)
+class _Unannotated(ast.NodeTransformer):
+    """`Annotated[X, ...]` -> `X`: the constraints are validation, the reader wants the type."""
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        if isinstance(node.value, ast.Name) and node.value.id == "Annotated":
+            inner = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) else node.slice
+            visited: ast.AST = self.visit(inner)
+            return visited
+        return self.generic_visit(node)
+
+
+def _type(annotation: ast.expr) -> str:
+    return ast.unparse(_Unannotated().visit(annotation))
+
+
+_BOUNDS = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
+
+
+def _bounds(name: str) -> str:
+    """The field's numeric limits, as validated at start: `≥ 1, ≤ 1000`."""
+    found = [
+        f"{sign} {getattr(m, attr)}"
+        for m in Settings.model_fields[name].metadata
+        for attr, sign in _BOUNDS
+        if getattr(m, attr, None) is not None
+    ]
+    return ", ".join(found)
 
 
 def _default(name: str) -> str:
@@ -126,7 +147,7 @@ def settings_page() -> str:
         " validate stops the process with the setting's name, never its value.\n",
     ]
     section = None
-    for sec, name, doc in _field_docs():
+    for sec, name, kind, doc in _field_docs():
         if sec != section:
             section = sec
             out += [
@@ -134,9 +155,8 @@ def settings_page() -> str:
                 "| variable | type | default | meaning |",
                 "|---|---|---|---|",
             ]
-        out.append(
-            f"| {_env_names(name)} | `{cell(_type(name))}` | {cell(_default(name))} | {cell(doc)} |"
-        )
+        kind_cell = cell(f"`{kind}` {_bounds(name)}".strip())
+        out.append(f"| {_env_names(name)} | {kind_cell} | {cell(_default(name))} | {cell(doc)} |")
     return "\n".join(out) + "\n"
 
 
