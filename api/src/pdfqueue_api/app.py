@@ -20,6 +20,7 @@ from pdfqueue.domain.csvsafe import csv_line
 from pdfqueue.domain.errors import (
     ArchiveTooLarge,
     PdfQueueError,
+    SchemaNotReady,
     ServiceUnavailable,
     UnsupportedMediaType,
     UploadAborted,
@@ -39,6 +40,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.stores import API, Stores
+from pdfqueue.stores import schema
 from pdfqueue.stores.queue import check_durability
 from pdfqueue_api.auth import require_tenant
 from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, event_id
@@ -314,11 +316,13 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz(service: Service) -> JSONResponse:
-        """ok/error per dependency; anyone may ask, so the why goes to the log only."""
+        """ok/error per dependency; anyone may ask, so the why goes to the log only (but for
+        the schema's versions)."""
         checks = {
             "redis": service.lifecycle.ping(),
             "postgresql": service.db.check(),
             "storage": service.storage.check(),
+            "schema": schema.require(service.db.pool),
         }
         results = await asyncio.gather(
             *(asyncio.wait_for(c, DEPENDENCY_TIMEOUT_S) for c in checks.values()),
@@ -327,7 +331,10 @@ def _add_routes(app: FastAPI) -> None:
         report: dict[str, str] = {}
         for name, result in zip(checks, results, strict=True):
             failed = isinstance(result, BaseException)
-            report[name] = "error" if failed else "ok"
+            # a schema too old or too new says so: versions only, and the operator's next step
+            report[name] = (
+                str(result) if isinstance(result, SchemaNotReady) else "error" if failed else "ok"
+            )
             if failed:
                 log.warning("readiness: %s failed: %r", name, result)
         ready = all(v == "ok" for v in report.values())

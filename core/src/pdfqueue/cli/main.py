@@ -217,6 +217,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     done = asyncio.run(provision(Settings()))
     console.print(f"migrations applied: {', '.join(done.migrations) or 'none (up to date)'}")
+    console.print(f"schema version: {done.schema.version}")
     console.print(f"storage {done.storage}: {'created' if done.bucket_created else 'ready'}")
     console.print(f"uploads expiry: {done.uploads_expiry}")
     return 0

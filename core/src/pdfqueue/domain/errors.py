@@ -209,6 +209,18 @@ class DatabaseSchemaError(TransientError):
     reason = "database_schema_error"
 
 
+class SchemaNotReady(TransientError):
+    """The database's schema is older than this release needs, or too new for it: the process
+    waits (not ready) until `pdfqueue migrate` has run, or the code is upgraded."""
+
+    reason = "schema_not_ready"
+
+    def __init__(self, detail: str, *, found: int, needed: int) -> None:
+        super().__init__(detail)
+        self.found = found
+        self.needed = needed
+
+
 class StorageError(TransientError):
     """The object store failed in a way that may pass (5xx, timeout, connection reset)."""
 
