@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from importlib import resources
 from typing import Annotated, Any, Literal
 
@@ -37,6 +38,7 @@ from pdfqueue.domain.models import (
     Outcome,
 )
 from pdfqueue.domain.settings import Settings
+from pdfqueue.erasure import BatchErasure
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.stores import API, Stores
@@ -59,6 +61,31 @@ BatchId = Annotated[str, Path(pattern=BATCH_ID_PATTERN, description="32 lowercas
 class BatchCreated(BaseModel):
     batch_id: str
     status_url: str
+
+
+class ErasureAnswer(BaseModel):
+    """What `DELETE /v1/batches/{id}?erase=true` removed; `erased` false while it waits."""
+
+    batch_id: str
+    erased: bool
+    batches: int
+    files: int
+    objects: int
+    bytes: int
+    links: int
+
+
+def _deleted(done: BatchSummary | BatchErasure) -> BatchSummary | JSONResponse:
+    """A cancel's summary; an erasure's 200 with what went, or 202 with `Retry-After` while
+    the batch's last jobs may still run."""
+    if isinstance(done, BatchSummary):
+        return done
+    erased = done
+    answer = ErasureAnswer(batch_id=erased.batch_id, erased=erased.done, **asdict(erased.removed))
+    if erased.done:
+        return JSONResponse(answer.model_dump())
+    headers = {"Retry-After": str(erased.retry_after_s)}
+    return JSONResponse(answer.model_dump(), status.HTTP_202_ACCEPTED, headers=headers)
 
 
 class ReportPage(BaseModel):
@@ -238,11 +265,24 @@ def _add_routes(app: FastAPI) -> None:
         return await service.get(tenant, batch_id)
 
     @app.delete(
-        "/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503)
+        "/v1/batches/{batch_id}",
+        response_model=BatchSummary | ErasureAnswer,
+        responses={202: {"model": ErasureAnswer}, **errors(401, 404, 503)},
     )
-    async def cancel_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
-        """Cancel: pending PDFs are dropped, running ones finish and are counted."""
-        return await service.cancel(tenant, batch_id)
+    async def cancel_batch(
+        batch_id: BatchId,
+        tenant: Tenant,
+        service: Service,
+        erase: Annotated[bool, Query()] = False,
+    ) -> BatchSummary | JSONResponse:
+        """Cancel: pending PDFs are dropped, running ones finish and are counted.
+
+        With `?erase=true`, erase the batch instead: cancelled if it runs, then its ZIP, its
+        rows, the PDFs it stored and the links to them are removed, and the batch is 404 from
+        then on. 200 when done; 202 with `Retry-After` while its last jobs may still run
+        (ask again, or let the next purge finish it).
+        """
+        return _deleted(await service.delete(tenant, batch_id, erase=erase))
 
     @app.get(
         "/v1/batches/{batch_id}/files",

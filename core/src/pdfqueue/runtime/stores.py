@@ -16,9 +16,11 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain.errors import DatabaseUnavailable, SchemaNotReady
 from pdfqueue.domain.settings import Settings
+from pdfqueue.erasure import Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.stores import schema
 from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 
 
@@ -42,6 +44,8 @@ class Role:
 
 API = Role("api", 0, 10, 16, redis_connect_timeout_s=1, redis_timeout_s=2, waits_for_schema=False)
 OPERATOR = Role("operator", 1, 4, 4, redis_connect_timeout_s=2, redis_timeout_s=5)
+ADMIN = Role("admin", 0, 4, 8, redis_connect_timeout_s=2, redis_timeout_s=5)
+"""An administrator's command (`pdfqueue purge`, `erase --email`): database access, no token."""
 log = logging.getLogger(__name__)
 STARTUP_WAIT_S = 60.0
 """How long a process started beside its database (a pod beside PostgreSQL's, both new) waits
@@ -89,6 +93,11 @@ class Stores:
         db = Database(pool, settings.users_table, tenant_column)
         storage = Storage.from_settings(settings, threads=role.storage_threads)
         return cls(settings, redis, db, storage, Lifecycle.of(db, redis, settings), own)
+
+    def eraser(self) -> Eraser:
+        """Retention and erasure over these stores."""
+        retention = RetentionStore(self.db.pool, self.settings.users_table)
+        return Eraser(retention, self.lifecycle, self.storage, self.settings)
 
     async def close(self) -> None:
         await self.storage.aclose()

@@ -155,7 +155,7 @@ class Database:
         """
         after_clause = " AND (created_at, id) < ($2, $3)" if before else ""
         rows = await self.pool.fetch(
-            "SELECT * FROM pdfqueue_batches WHERE tenant = $1"
+            "SELECT * FROM pdfqueue_batches WHERE tenant = $1 AND erasing_at IS NULL"
             f"{after_clause} ORDER BY created_at DESC, id DESC LIMIT ${4 if before else 2}",
             tenant,
             *(before or ()),
@@ -176,8 +176,11 @@ class Database:
         await self.pool.execute("DELETE FROM pdfqueue_batches WHERE id = $1", batch_id)
 
     async def batch(self, batch_id: str) -> BatchRow | None:
-        """The batch's row; counters come from the per-file rows until final."""
-        row = await self.pool.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", batch_id)
+        """The batch's row; counters come from the per-file rows until final. None for a
+        batch being erased, as for an unknown one."""
+        row = await self.pool.fetchrow(
+            "SELECT * FROM pdfqueue_batches WHERE id = $1 AND erasing_at IS NULL", batch_id
+        )
         if row is None:
             return None
         found = _batch_row(row)
