@@ -47,7 +47,8 @@ def fault_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service
 async def run_factory(
     fault_services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[object]:
-    from pdfqueue.stores.db import connect, migrate
+    from pdfqueue.stores.db import connect
+    from pdfqueue.stores.schema import migrate
 
     env = fault_services.env()
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):

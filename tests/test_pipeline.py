@@ -254,7 +254,12 @@ async def test_tokens_and_tenants(api: httpx.AsyncClient, make_corpus: MakeCorpu
 
 
 async def test_health_ready_openapi_page_metrics(api: httpx.AsyncClient) -> None:
-    assert (await api.get("/readyz")).json() == {"redis": "ok", "postgresql": "ok", "storage": "ok"}
+    assert (await api.get("/readyz")).json() == {
+        "redis": "ok",
+        "postgresql": "ok",
+        "storage": "ok",
+        "schema": "ok",
+    }
     spec = (await api.get("/openapi.json")).json()
     assert {"/v1/batches", "/v1/batches/{batch_id}", "/v1/batches/{batch_id}/files"} <= set(
         spec["paths"]

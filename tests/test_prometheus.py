@@ -75,10 +75,15 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         elif isinstance(value, set | frozenset | list | tuple):
             value = ",".join(sorted(str(v) for v in value))
         elif isinstance(value, dict):
-            value = json.dumps({k: v.model_dump(exclude_none=True) for k, v in value.items()})
+            value = json.dumps({k: _plain(v) for k, v in value.items()})
         env[f"PDFQUEUE_{name.upper()}"] = str(value)
     env.update(extra)
     return env
+
+
+def _plain(value: Any) -> Any:
+    """A settings value as JSON would carry it (a pydantic model as its fields)."""
+    return value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
 
 
 def expressions(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:

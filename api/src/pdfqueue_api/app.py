@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from importlib import resources
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,7 @@ from pdfqueue.domain.csvsafe import csv_line
 from pdfqueue.domain.errors import (
     ArchiveTooLarge,
     PdfQueueError,
+    SchemaNotReady,
     ServiceUnavailable,
     UnsupportedMediaType,
     UploadAborted,
@@ -36,9 +38,11 @@ from pdfqueue.domain.models import (
     Outcome,
 )
 from pdfqueue.domain.settings import Settings
+from pdfqueue.erasure import BatchErasure
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.stores import API, Stores
+from pdfqueue.stores import schema
 from pdfqueue.stores.queue import check_durability
 from pdfqueue_api.auth import require_tenant
 from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, event_id
@@ -57,6 +61,31 @@ BatchId = Annotated[str, Path(pattern=BATCH_ID_PATTERN, description="32 lowercas
 class BatchCreated(BaseModel):
     batch_id: str
     status_url: str
+
+
+class ErasureAnswer(BaseModel):
+    """What `DELETE /v1/batches/{id}?erase=true` removed; `erased` false while it waits."""
+
+    batch_id: str
+    erased: bool
+    batches: int
+    files: int
+    objects: int
+    bytes: int
+    links: int
+
+
+def _deleted(done: BatchSummary | BatchErasure) -> BatchSummary | JSONResponse:
+    """A cancel's summary; an erasure's 200 with what went, or 202 with `Retry-After` while
+    the batch's last jobs may still run."""
+    if isinstance(done, BatchSummary):
+        return done
+    erased = done
+    answer = ErasureAnswer(batch_id=erased.batch_id, erased=erased.done, **asdict(erased.removed))
+    if erased.done:
+        return JSONResponse(answer.model_dump())
+    headers = {"Retry-After": str(erased.retry_after_s)}
+    return JSONResponse(answer.model_dump(), status.HTTP_202_ACCEPTED, headers=headers)
 
 
 class ReportPage(BaseModel):
@@ -236,11 +265,24 @@ def _add_routes(app: FastAPI) -> None:
         return await service.get(tenant, batch_id)
 
     @app.delete(
-        "/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503)
+        "/v1/batches/{batch_id}",
+        response_model=BatchSummary | ErasureAnswer,
+        responses={202: {"model": ErasureAnswer}, **errors(401, 404, 503)},
     )
-    async def cancel_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
-        """Cancel: pending PDFs are dropped, running ones finish and are counted."""
-        return await service.cancel(tenant, batch_id)
+    async def cancel_batch(
+        batch_id: BatchId,
+        tenant: Tenant,
+        service: Service,
+        erase: Annotated[bool, Query()] = False,
+    ) -> BatchSummary | JSONResponse:
+        """Cancel: pending PDFs are dropped, running ones finish and are counted.
+
+        With `?erase=true`, erase the batch instead: cancelled if it runs, then its ZIP, its
+        rows, the PDFs it stored and the links to them are removed, and the batch is 404 from
+        then on. 200 when done; 202 with `Retry-After` while its last jobs may still run
+        (ask again, or let the next purge finish it).
+        """
+        return _deleted(await service.delete(tenant, batch_id, erase=erase))
 
     @app.get(
         "/v1/batches/{batch_id}/files",
@@ -314,11 +356,13 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz(service: Service) -> JSONResponse:
-        """ok/error per dependency; anyone may ask, so the why goes to the log only."""
+        """ok/error per dependency; anyone may ask, so the why goes to the log only (but for
+        the schema's versions)."""
         checks = {
             "redis": service.lifecycle.ping(),
             "postgresql": service.db.check(),
             "storage": service.storage.check(),
+            "schema": schema.require(service.db.pool),
         }
         results = await asyncio.gather(
             *(asyncio.wait_for(c, DEPENDENCY_TIMEOUT_S) for c in checks.values()),
@@ -327,7 +371,10 @@ def _add_routes(app: FastAPI) -> None:
         report: dict[str, str] = {}
         for name, result in zip(checks, results, strict=True):
             failed = isinstance(result, BaseException)
-            report[name] = "error" if failed else "ok"
+            # a schema too old or too new says so: versions only, and the operator's next step
+            report[name] = (
+                str(result) if isinstance(result, SchemaNotReady) else "error" if failed else "ok"
+            )
             if failed:
                 log.warning("readiness: %s failed: %r", name, result)
         ready = all(v == "ok" for v in report.values())

@@ -1,4 +1,4 @@
-"""Batch operations behind the HTTP routes: create, read, cancel, report."""
+"""Batch operations behind the HTTP routes: create, read, cancel, erase, report."""
 
 from __future__ import annotations
 
@@ -34,11 +34,13 @@ from pdfqueue.domain.models import (
     FileResult,
 )
 from pdfqueue.domain.settings import Settings
+from pdfqueue.erasure import BatchErasure, Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import tracing
 from pdfqueue.stores import webhooks
 from pdfqueue.stores.db import Database
 from pdfqueue.stores.quotas import Admission, Quotas
+from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits
 from pdfqueue_api.kube import PdfBatchPublisher
@@ -61,9 +63,12 @@ class BatchService:
     publisher: PdfBatchPublisher | None = None
     """Set in Kubernetes mode (PDFQUEUE_KUBERNETES_NAMESPACE): one PdfBatch per upload."""
     quotas: Quotas = field(init=False)
+    eraser: Eraser = field(init=False)
 
     def __post_init__(self) -> None:
         self.quotas = Quotas(self.redis, self.db, self.settings)
+        retention = RetentionStore(self.db.pool, self.settings.users_table)
+        self.eraser = Eraser(retention, self.lifecycle, self.storage, self.settings)
 
     @asynccontextmanager
     async def admitted(self, tenant: str, declared_bytes: int) -> AsyncIterator[Admission]:
@@ -164,6 +169,22 @@ class BatchService:
         dropped = await self.lifecycle.cancel(batch_id)
         log.info("batch cancelled, %d pending jobs dropped", dropped, extra={"batch_id": batch_id})
         return await self.get(tenant, batch_id)
+
+    async def delete(
+        self, tenant: str, batch_id: str, *, erase: bool
+    ) -> BatchSummary | BatchErasure:
+        """`DELETE /v1/batches/{id}`: cancel, or with `erase` erase."""
+        return await (self.erase if erase else self.cancel)(tenant, batch_id)
+
+    async def erase(self, tenant: str, batch_id: str) -> BatchErasure:
+        """Erase the batch of `tenant` and everything it made (404 for anybody else's)."""
+        erased = await _guard("erasure", self.eraser.erase_batch(batch_id, tenant=tenant))
+        log.info(
+            "batch erasure %s",
+            "done" if erased.done else "waits for its last jobs",
+            extra={"batch_id": batch_id},
+        )
+        return erased
 
     async def retry(self, tenant: str, batch_id: str, *, all_failed: bool) -> BatchSummary:
         """Re-run the completed batch's failed files (transient ones unless `all_failed`)."""

@@ -276,6 +276,12 @@ class Lifecycle:
         )
         return dropped + await remove(self.redis, self.queue_name, pending)
 
+    async def forget(self, batch_id: str) -> None:
+        """Drop the live state of a batch being erased: readers fall back to its durable row,
+        which hides it, and a job still running finds nothing to restore it from."""
+        await self.state.delete(batch_id)
+        await self.redis.hdel(keys.operator_batches(self.queue_name), batch_id)  # type: ignore[misc]
+
     async def settle(self, batch_id: str) -> None:
         """Write to PostgreSQL a terminal status that Redis holds; idempotent.
 

@@ -84,6 +84,13 @@ class Client:
         result: dict[str, Any] = self._check(self.http.delete(f"/v1/batches/{batch_id}"))
         return result
 
+    def erase(self, batch_id: str) -> tuple[dict[str, Any], int]:
+        """Erase the batch; the answer, and the seconds to wait before asking again while it
+        waits for the batch's last jobs (0 when done)."""
+        response = self.http.delete(f"/v1/batches/{batch_id}", params={"erase": "true"})
+        result: dict[str, Any] = self._check(response)
+        return result, int(response.headers.get("Retry-After", "0"))
+
     def retry(self, batch_id: str, *, all_failed: bool = False) -> dict[str, Any]:
         """Re-run the batch's failed files (transient ones unless `all_failed`)."""
         params = {"all_failed": "true"} if all_failed else {}

@@ -26,6 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from pdfqueue.cli import data
 from pdfqueue.cli.client import ApiError, Client, NotAZip, check_zip
 from pdfqueue.domain.advice import advice
 from pdfqueue.domain.csvsafe import csv_line
@@ -173,6 +174,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=cmd_retry)
 
+    data.add_commands(sub, _client_args)
+
     plugins = entry_points(group="pdfqueue.commands")
     if only in plugins.names:
         plugins = plugins.select(name=only)
@@ -218,6 +221,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     done = asyncio.run(provision(Settings()))
     console.print(f"migrations applied: {', '.join(done.migrations) or 'none (up to date)'}")
+    console.print(f"schema version: {done.schema.version}")
     console.print(f"storage {done.storage}: {'created' if done.bucket_created else 'ready'}")
     console.print(f"uploads expiry: {done.uploads_expiry}")
     return 0

@@ -129,6 +129,15 @@ class InvalidCursor(PermanentError):
         super().__init__("invalid cursor: pass back the next_cursor of a previous page")
 
 
+class InvalidDuration(PermanentError):
+    """Not a duration pdfqueue reads (`30d`, `12h`, `15m`, `0s`)."""
+
+    http_status = 422
+
+    def __init__(self, value: str) -> None:
+        super().__init__(f"{value[:40]!r} is not a duration: write a whole number and s, m, h or d")
+
+
 class SourceOutsideBucket(PermanentError):
     def __init__(self, source: str, bucket: str) -> None:
         super().__init__(f"source {source!r} is not inside the configured bucket {bucket!r}")
@@ -207,6 +216,18 @@ class DatabaseSchemaError(TransientError):
     retried, as the fix may land while the job waits."""
 
     reason = "database_schema_error"
+
+
+class SchemaNotReady(TransientError):
+    """The database's schema is older than this release needs, or too new for it: the process
+    waits (not ready) until `pdfqueue migrate` has run, or the code is upgraded."""
+
+    reason = "schema_not_ready"
+
+    def __init__(self, detail: str, *, found: int, needed: int) -> None:
+        super().__init__(detail)
+        self.found = found
+        self.needed = needed
 
 
 class StorageError(TransientError):

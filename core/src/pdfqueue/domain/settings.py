@@ -175,6 +175,18 @@ class Settings(BaseSettings):
     """Uploaded ZIPs (`uploads/`) expire this many days after upload, through an S3 lifecycle
     rule that `pdfqueue migrate` sets (0: no rule). A retry needs the ZIP, so keep it above the
     time a batch may wait for one. Stores without lifecycle support get a warning instead."""
+    retention_days: int = Field(default=30, ge=0, le=36500)
+    """A batch that ended this many days ago is purged: its per-file rows (file names are
+    often people's names), its batch row, webhook records and ZIP; the PDFs it linked and the
+    links stay. 0 keeps batches for ever."""
+    tenant_retention_days: dict[str, Annotated[int, Field(ge=0, le=36500)]] = Field(
+        default_factory=dict
+    )
+    """Per-tenant retention in days as JSON, e.g. `{"acme": 7, "archive": 0}`, over
+    `retention_days`."""
+    audit_retention_days: int = Field(default=400, ge=0, le=36500)
+    """How long the audit trail of purges and erasures is kept (0: for ever); longer than the
+    batches it describes, so that a removal can be shown after the fact."""
     users_table: str = "users"
     """The host application's table with columns `id`, `email`, `pdf_url`."""
     users_tenant_column: str | None = None

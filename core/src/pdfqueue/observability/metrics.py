@@ -76,6 +76,13 @@ REDIS_MAXMEMORY = _Gauge(
 BATCHES = _Counter(
     "pdfqueue_batches", "Batches that entered a status (PENDING when created).", ["status"]
 )
+DATA_REMOVED = _Counter(
+    "pdfqueue_data_removed",
+    "What retention and erasure removed, by action (purge, erase_batch, erase_person) and"
+    " what (files: per-file rows; objects; bytes of those objects).",
+    ["action", "what"],
+)
+REMOVAL_ACTIONS = ("purge", "erase_batch", "erase_person")
 
 # --- API -------------------------------------------------------------------------------------
 HTTP_DURATION = _Histogram(
@@ -146,7 +153,7 @@ OPERATOR_SCALING_DECISIONS = _Counter(
     ["direction"],
 )
 
-_COMMON: tuple[Collector, ...] = (BATCHES,)
+_COMMON: tuple[Collector, ...] = (BATCHES, DATA_REMOVED)
 _GROUPS: dict[str, tuple[Collector, ...]] = {
     # Only where a pdfqueue.runtime.gauges.QueueGauges task runs: a heartbeat nobody stamps would
     # read as a stuck process.
@@ -191,6 +198,9 @@ def _initialize() -> None:
             RETRIES.labels(function, reason)
     for direction in ("up", "down"):
         OPERATOR_SCALING_DECISIONS.labels(direction)
+    for action in REMOVAL_ACTIONS:
+        for what in ("files", "objects", "bytes"):
+            DATA_REMOVED.labels(action, what)
 
 
 _initialize()
@@ -253,3 +263,9 @@ def operator_scaled(previous: int, new: int) -> None:
     """For the operator, when it patches the worker Deployment's replicas."""
     if new != previous:
         OPERATOR_SCALING_DECISIONS.labels("up" if new > previous else "down").inc()
+
+
+def data_removed(action: str, files: int, objects: int, nbytes: int) -> None:
+    """A purge or an erasure removed `files` rows and `objects` objects of `nbytes` bytes."""
+    for what, n in (("files", files), ("objects", objects), ("bytes", nbytes)):
+        DATA_REMOVED.labels(action, what).inc(n)

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
-from pdfqueue.domain.errors import StorageError
+import asyncpg
+
+from pdfqueue.domain.errors import DatabaseUnavailable, StorageError
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.db import connect, migrate
+from pdfqueue.stores.schema import SchemaVersion, connect_for_migrations, migrate, read_version
 from pdfqueue.stores.storage import Storage
 
 log = logging.getLogger(__name__)
+MIGRATE_WAIT_S = 120.0
+"""How long `pdfqueue migrate` waits for PostgreSQL to answer (a new database still starting)."""
 
 
 @dataclass(frozen=True)
 class Provisioned:
     migrations: list[str]
     """Migrations applied now (empty when the schema was up to date)."""
+    schema: SchemaVersion
+    """The schema's version once they are."""
     storage: str
     bucket_created: bool
     uploads_expiry: str
@@ -25,19 +33,35 @@ class Provisioned:
 
 async def provision(settings: Settings) -> Provisioned:
     """Apply pending migrations and make sure the bucket (or folder) exists."""
-    pool = await connect(settings.database_url, max_size=1)
+    conn = await _connect_when_up(settings.database_url)
     try:
-        async with pool.acquire() as conn:
-            applied = await migrate(conn)
+        applied = await migrate(conn)
+        schema = await read_version(conn)
     finally:
-        await pool.close()
+        await conn.close()
     storage = Storage.from_settings(settings, threads=1)
     try:
         created = await storage.ensure_bucket()
         expiry = await _expire_uploads(storage, settings.uploads_expire_days)
     finally:
         await storage.aclose()
-    return Provisioned(applied, storage.backend.describe(), created, expiry)
+    return Provisioned(applied, schema, storage.backend.describe(), created, expiry)
+
+
+async def _connect_when_up(dsn: str) -> asyncpg.Connection:
+    """The migration's connection, once PostgreSQL answers: a Job started beside a new
+    database waits for it rather than failing its first tries."""
+    deadline = time.monotonic() + MIGRATE_WAIT_S
+    delay = 0.5
+    while True:
+        try:
+            return await connect_for_migrations(dsn)
+        except DatabaseUnavailable as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("migrate: waiting for PostgreSQL: %s", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 async def _expire_uploads(storage: Storage, days: int) -> str:

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 import asyncpg
 from redis.asyncio import Redis
 
-from pdfqueue.domain.errors import DatabaseUnavailable
+from pdfqueue.domain.errors import DatabaseUnavailable, SchemaNotReady
 from pdfqueue.domain.settings import Settings
+from pdfqueue.erasure import Eraser
 from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.stores import schema
 from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 
 
@@ -34,14 +37,21 @@ class Role:
     """Producers fail fast (an HTTP handler must never hang on a dead Redis)."""
     scoped_users: bool = False
     """Queries of the users table are scoped by PDFQUEUE_USERS_TENANT_COLUMN (the worker's)."""
+    waits_for_schema: bool = True
+    """Opening waits until the schema is one this code runs on; the API opens at once and its
+    /readyz says why it is not ready instead."""
 
 
-API = Role("api", 0, 10, 16, redis_connect_timeout_s=1, redis_timeout_s=2)
+API = Role("api", 0, 10, 16, redis_connect_timeout_s=1, redis_timeout_s=2, waits_for_schema=False)
 OPERATOR = Role("operator", 1, 4, 4, redis_connect_timeout_s=2, redis_timeout_s=5)
+ADMIN = Role("admin", 0, 4, 8, redis_connect_timeout_s=2, redis_timeout_s=5)
+"""An administrator's command (`pdfqueue purge`, `erase --email`): database access, no token."""
 log = logging.getLogger(__name__)
 STARTUP_WAIT_S = 60.0
 """How long a process started beside its database (a pod beside PostgreSQL's, both new) waits
 for it to answer before it gives up: waiting, not a crash loop, is what the probes expect."""
+SCHEMA_RETRY_MAX_S = 10.0
+"""The longest pause between two looks at the schema version while a process waits for it."""
 WORKER_STORAGE_CONNECTIONS = 16
 """Concurrent S3 requests per worker: a job stores its PDFs at once, up to 16 by default."""
 
@@ -73,10 +83,21 @@ class Stores:
                 socket_timeout=role.redis_timeout_s,
             )
         pool = await _connect_when_up(settings.database_url, role)
+        if role.waits_for_schema:
+            try:
+                await _schema_when_ready(pool, role)
+            except BaseException:  # cancelled while it waited: stopping
+                await pool.close()
+                raise
         tenant_column = settings.users_tenant_column if role.scoped_users else None
         db = Database(pool, settings.users_table, tenant_column)
         storage = Storage.from_settings(settings, threads=role.storage_threads)
         return cls(settings, redis, db, storage, Lifecycle.of(db, redis, settings), own)
+
+    def eraser(self) -> Eraser:
+        """Retention and erasure over these stores."""
+        retention = RetentionStore(self.db.pool, self.settings.users_table)
+        return Eraser(retention, self.lifecycle, self.storage, self.settings)
 
     async def close(self) -> None:
         await self.storage.aclose()
@@ -98,3 +119,18 @@ async def _connect_when_up(dsn: str, role: Role) -> asyncpg.Pool:
             log.warning("%s: waiting for PostgreSQL: %s", role.name, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+
+async def _schema_when_ready(pool: asyncpg.Pool, role: Role) -> None:
+    """Wait, saying why, until the schema is one this code runs on (`pdfqueue migrate` has
+    run): no crash loop, and no work done against tables this code does not know."""
+    delay = 0.5
+    while True:
+        try:
+            await schema.require(pool)
+        except (SchemaNotReady, DatabaseUnavailable) as exc:
+            log.warning("%s: waiting for the schema: %s", role.name, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, SCHEMA_RETRY_MAX_S)
+        else:
+            return

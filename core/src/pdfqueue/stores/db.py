@@ -1,11 +1,10 @@
-"""PostgreSQL: the pool, migrations, and every query pdfqueue runs (the durable record)."""
+"""PostgreSQL: the pool and every query pdfqueue runs (the durable record); migrations: schema."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from importlib import resources
 from typing import Any
 
 import asyncpg
@@ -25,8 +24,6 @@ from pdfqueue.domain.models import (
     RetryRound,
 )
 from pdfqueue.stores.drivers import postgres_errors, typed_call, typed_methods
-
-MIGRATIONS_LOCK = 0x70646671  # "pdfq": serializes concurrent `pdfqueue migrate` runs
 
 
 def quote_ident(name: str) -> str:
@@ -55,27 +52,6 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     SET, LISTEN, cursors or session-level locks), and asyncpg still rolls back a
     transaction left open before calling this.
     """
-
-
-@typed_call(postgres_errors)
-async def migrate(conn: asyncpg.Connection) -> list[str]:
-    """Apply the bundled migrations not yet recorded, in order; returns those applied."""
-    folder = resources.files("pdfqueue.stores").joinpath("migrations")
-    scripts = sorted((p.name, p.read_text()) for p in folder.iterdir() if p.name.endswith(".sql"))
-    applied: list[str] = []
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATIONS_LOCK)
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS pdfqueue_migrations"
-            " (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        done = {r["version"] for r in await conn.fetch("SELECT version FROM pdfqueue_migrations")}
-        for name, sql in scripts:
-            if name not in done:
-                await conn.execute(sql)
-                await conn.execute("INSERT INTO pdfqueue_migrations (version) VALUES ($1)", name)
-                applied.append(name)
-    return applied
 
 
 @dataclass(frozen=True)
@@ -179,7 +155,7 @@ class Database:
         """
         after_clause = " AND (created_at, id) < ($2, $3)" if before else ""
         rows = await self.pool.fetch(
-            "SELECT * FROM pdfqueue_batches WHERE tenant = $1"
+            "SELECT * FROM pdfqueue_batches WHERE tenant = $1 AND erasing_at IS NULL"
             f"{after_clause} ORDER BY created_at DESC, id DESC LIMIT ${4 if before else 2}",
             tenant,
             *(before or ()),
@@ -200,8 +176,11 @@ class Database:
         await self.pool.execute("DELETE FROM pdfqueue_batches WHERE id = $1", batch_id)
 
     async def batch(self, batch_id: str) -> BatchRow | None:
-        """The batch's row; counters come from the per-file rows until final."""
-        row = await self.pool.fetchrow("SELECT * FROM pdfqueue_batches WHERE id = $1", batch_id)
+        """The batch's row; counters come from the per-file rows until final. None for a
+        batch being erased, as for an unknown one."""
+        row = await self.pool.fetchrow(
+            "SELECT * FROM pdfqueue_batches WHERE id = $1 AND erasing_at IS NULL", batch_id
+        )
         if row is None:
             return None
         found = _batch_row(row)
