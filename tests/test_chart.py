@@ -23,6 +23,7 @@ import yaml
 from pdfqueue.domain.settings import ARQ_TIMEOUT_MARGIN_S, Quota, Settings
 from tests.support.chartfix import CHART, ROOT, VARIANTS, Rendered, helm, template, values_file
 from tests.support.kubefix import KubeCluster
+from tests.support.tools import installed
 
 pytestmark = pytest.mark.skipif(not (CHART / "Chart.yaml").exists(), reason="no chart")
 
@@ -900,16 +901,13 @@ def test_monitoring_ships_alerts_and_dashboards_from_files() -> None:
     assert ports <= served
 
 
-@pytest.mark.skipif(
-    not shutil.which("promtool"),
-    reason="promtool not installed (tools/services.sh prometheus installs it)",
-)
 def test_rendered_prometheus_rule_passes_promtool(tmp_path: Path) -> None:
+    promtool = installed("promtool", "prometheus")
     rule = render("monitoring").one("PrometheusRule", "pq-pdfqueue")
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     proc = subprocess.run(
-        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
