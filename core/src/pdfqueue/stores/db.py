@@ -493,11 +493,10 @@ by the statement's files, let the planner scan every row of the batch when its s
 predated the batch (an index-only scan of `pdfqueue_files_by_outcome`)."""
 
 # The predicate is the one of index pdfqueue_batches_active (0002), word for word.
-# The partial index's own predicate too, so that the planner reads only unfinished batches.
+# PostgreSQL proves that status = 'PROCESSING' implies pdfqueue_batches_active's predicate, so
+# this reads that index of unfinished batches, never the whole history.
 _PROCESSING_BATCHES = """
-SELECT id FROM pdfqueue_batches
-WHERE status = 'PROCESSING' AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
-LIMIT $1
+SELECT id FROM pdfqueue_batches WHERE status = 'PROCESSING' LIMIT $1
 """
 
 _ACTIVE_BATCHES = """
