@@ -57,8 +57,12 @@ services: deps
 services-stop:
 	bash tools/services.sh stop $(STATE)
 
+# Every command a test runs is installed here, before pytest: a test never skips for want of one
+# (tests/support/tools.py installs the same on demand, and fails where it cannot).
 test: deps tools
 	bash tools/services.sh tesseract
+	bash tools/services.sh prometheus >/dev/null
+	bash tools/services.sh chromium >/dev/null
 	bash tools/services.sh start $(STATE)
 	eval "$$(bash tools/services.sh env $(STATE))"; \
 	rc=0; $(UV) run pytest $(PYTEST_ARGS) || rc=$$?; \

@@ -23,6 +23,7 @@ import yaml
 from pdfqueue.domain.settings import ARQ_TIMEOUT_MARGIN_S, Quota, Settings
 from tests.support.chartfix import CHART, ROOT, VARIANTS, Rendered, helm, template, values_file
 from tests.support.kubefix import KubeCluster
+from tests.support.tools import installed
 
 pytestmark = pytest.mark.skipif(not (CHART / "Chart.yaml").exists(), reason="no chart")
 
@@ -900,18 +901,55 @@ def test_monitoring_ships_alerts_and_dashboards_from_files() -> None:
     assert ports <= served
 
 
-@pytest.mark.skipif(
-    not shutil.which("promtool"),
-    reason="promtool not installed (tools/services.sh prometheus installs it)",
-)
 def test_rendered_prometheus_rule_passes_promtool(tmp_path: Path) -> None:
+    promtool = installed("promtool", "prometheus")
     rule = render("monitoring").one("PrometheusRule", "pq-pdfqueue")
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     proc = subprocess.run(
-        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_rendered_alert_links_to_its_runbook_under_the_base_url() -> None:
+    """monitoring.runbookBaseUrl moves every runbook_url; the rest of each rule is the file's."""
+    shipped = [
+        rule
+        for group in yaml.safe_load((CHART / "alerts/pdfqueue.rules.yaml").read_text())["groups"]
+        for rule in group["rules"]
+    ]
+    default = render("monitoring").one("PrometheusRule", "pq-pdfqueue")
+    assert [r for g in default["spec"]["groups"] for r in g["rules"]] == shipped
+
+    base = "https://wiki.example.org/ops/pdfqueue"
+    moved = render("monitoring", "--set", f"monitoring.runbookBaseUrl={base}")
+    rules = [
+        r for g in moved.one("PrometheusRule", "pq-pdfqueue")["spec"]["groups"] for r in g["rules"]
+    ]
+    assert [r["alert"] for r in rules] == [r["alert"] for r in shipped]
+    for rule, original in zip(rules, shipped, strict=True):
+        assert rule["annotations"]["runbook_url"] == f"{base}#{rule['alert'].lower()}"
+        assert {**rule["annotations"], "runbook_url": ""} == {
+            **original["annotations"],
+            "runbook_url": "",
+        }
+        assert {k: v for k, v in rule.items() if k != "annotations"} == {
+            k: v for k, v in original.items() if k != "annotations"
+        }
+
+
+@pytest.mark.parametrize("unscraped", ["operator.enabled=false", "operator.metricsPort=0"])
+def test_without_an_operator_to_scrape_its_alerts_are_not_shipped(unscraped: str) -> None:
+    """PdfqueueOperatorDown would fire for ever where no operator target can exist."""
+    rule = render("monitoring", "--set", unscraped).one("PrometheusRule", "pq-pdfqueue")
+    names = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert "PdfqueueQueueStalled" in names
+    assert [n for n in names if n.startswith("PdfqueueOperator")] == []
+    with_operator = render("monitoring").one("PrometheusRule", "pq-pdfqueue")
+    assert {"PdfqueueOperatorDown", "PdfqueueOperatorNoLeader"} <= {
+        r["alert"] for g in with_operator["spec"]["groups"] for r in g["rules"]
+    }
 
 
 def test_crd_is_the_canonical_one() -> None:

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from pdfqueue_dev.processes import (
     wait_until_async,
 )
 from tests.support.helpers import ACME, MakeCorpus
+from tests.support.tools import installed
 
 ROOT = Path(__file__).parents[1]
 DASHBOARDS = ROOT / "charts/pdfqueue/dashboards"
@@ -49,10 +49,16 @@ GRAFANA_VARIABLES = {
 }
 OPERATOR_STAND_IN = """
 import sys, time
+from prometheus_client import Gauge
 from pdfqueue.observability import metrics
 metrics.register("operator")
 metrics.operator_observed(desired=2, ready=1)
 metrics.operator_scaled(1, 2)
+try:  # the leader's gauge, once the operator's election exports it
+    metrics.register("election")
+    metrics.operator_leading(True)
+except (KeyError, AttributeError):
+    Gauge("pdfqueue_operator_leader", "1 on the operator holding the Lease").set(1)
 metrics.serve(int(sys.argv[1]), addr="127.0.0.1")
 while True:
     time.sleep(1)
@@ -132,11 +138,8 @@ class Prometheus:
 
 @pytest.fixture(scope="module")
 def prometheus_bin() -> Path:
-    if not (shutil.which("prometheus") and shutil.which("promtool")):
-        subprocess.run(["bash", str(ROOT / "tools/services.sh"), "prometheus"], check=True)
-    found = shutil.which("prometheus")
-    assert found, "prometheus not installed (tools/services.sh prometheus)"
-    return Path(found)
+    installed("promtool", "prometheus")
+    return Path(installed("prometheus", "prometheus"))
 
 
 @pytest.fixture
@@ -197,7 +200,8 @@ async def test_every_dashboard_and_alert_expression_against_real_prometheus(
     processes.append(Child("worker", [str(pdfqueue), "worker"], worker_env, tmp_path))
     processes.append(Child("operator", operator, None, tmp_path))
     targets = {"pdfqueue-api": api_port, "pdfqueue-worker": worker_port}
-    targets["pdfqueue-operator"] = operator_port
+    # the job the chart's ServiceMonitor gives the operator (release pq): PdfqueueOperatorDown
+    targets["pq-pdfqueue-operator-metrics"] = operator_port
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
@@ -255,6 +259,22 @@ async def run_batch_and_check(
         lambda r: r and float(r[0]["value"][1]) == len(corpus.files),
     )
     await asyncio.sleep(3)  # a few more scrapes, so rates see the batch end
+
+    # The API and the worker each reach PostgreSQL, and watch the batches' progress.
+    up = prom.wait_for("pdfqueue_postgres_up", lambda r: len(r) == 2)
+    assert {(r["metric"]["job"], r["value"][1]) for r in up} == {
+        ("pdfqueue-api", "1"),
+        ("pdfqueue-worker", "1"),
+    }
+    ages = prom.query("pdfqueue_batch_oldest_progress_age_seconds")
+    assert {r["metric"]["job"] for r in ages} == {"pdfqueue-api", "pdfqueue-worker"}
+    hooks = prom.query("pdfqueue_webhook_deliveries_total")
+    assert {r["metric"]["result"] for r in hooks} == {
+        "delivered",
+        "retried",
+        "gave_up",
+        "refused",
+    }
 
     # Every dashboard expression returns series.
     evaluated, empty = 0, []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -13,10 +12,12 @@ import pytest
 
 from pdfqueue_dev.processes import free_port, wait_until
 from tests.support.faults import SERVICES
+from tests.support.tools import installed
 
-pytestmark = pytest.mark.skipif(
-    not shutil.which("redis-server"), reason="tools/services.sh installs redis"
-)
+
+@pytest.fixture(autouse=True, scope="module")
+def _redis_installed() -> None:
+    installed("redis-server", "redis")
 
 
 def services(

@@ -17,9 +17,11 @@ import asyncpg
 import httpx
 import pytest
 import uvicorn
+from prometheus_client import REGISTRY
 
 from pdfqueue.domain.models import COUNTERS
 from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
 from pdfqueue_dev.processes import free_port
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 
@@ -110,6 +112,29 @@ async def deliveries(db: asyncpg.Connection, batch_id: str) -> list[dict[str, An
     return [dict(r) for r in rows]
 
 
+class Attempts:
+    """pdfqueue_webhook_deliveries_total by result, counted from when this was made (the worker
+    runs in the test's process and serves this registry)."""
+
+    def __init__(self) -> None:
+        metrics.register("worker")
+        self.start = self.now()
+
+    @staticmethod
+    def now() -> dict[str, float]:
+        return {
+            result: REGISTRY.get_sample_value(
+                "pdfqueue_webhook_deliveries_total", {"result": result}
+            )
+            or 0.0
+            for result in metrics.WEBHOOK_RESULTS
+        }
+
+    def since(self) -> dict[str, float]:
+        now = self.now()
+        return {r: now[r] - self.start[r] for r in now if now[r] != self.start[r]}
+
+
 async def upload_with(api: httpx.AsyncClient, path: Any, callback: str) -> httpx.Response:
     return await api.post(
         "/v1/batches",
@@ -130,6 +155,7 @@ async def test_each_completion_is_delivered_once_signed_with_the_final_counts(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     await receiver.start()
+    attempts = Attempts()
     corpus, path = await make_corpus(20, seed=51)
     response = await upload_with(api, path, receiver.url)
     assert response.status_code == 202, response.text
@@ -154,6 +180,7 @@ async def test_each_completion_is_delivered_once_signed_with_the_final_counts(
         {"round": 0, "attempt": 1, "url": receiver.url, "status_code": 200, "error": None}
     ]
     assert SECRET not in caplog.text
+    assert attempts.since() == {"delivered": 1}
 
     # a retry's completion is a new event, delivered once too
     if corpus.counts()["failed"]:
@@ -163,6 +190,7 @@ async def test_each_completion_is_delivered_once_signed_with_the_final_counts(
         assert len(receiver.got) == 2
         assert receiver.got[1][1]["pdfqueue-delivery"] == f"{batch_id}:1"
         assert json.loads(receiver.got[1][2])["retries"] == 1
+        assert attempts.since() == {"delivered": 2}
 
 
 @HOOKS
@@ -174,6 +202,7 @@ async def test_a_receiver_down_for_20_s_still_gets_the_delivery(
     receiver: Receiver,
     db: asyncpg.Connection,
 ) -> None:
+    counted = Attempts()
     _, path = await make_corpus(6, seed=52)
     response = await upload_with(api, path, receiver.url)  # nobody listens there yet
     assert response.status_code == 202, response.text
@@ -194,6 +223,34 @@ async def test_a_receiver_down_for_20_s_still_gets_the_delivery(
     assert {a["error"] for a in failed} == {"ConnectError"}
     assert [a["attempt"] for a in attempts] == list(range(1, len(attempts) + 1))
     assert time.monotonic() - down_since >= 20
+    assert counted.since() == {"retried": len(failed), "delivered": 1}
+
+
+@pytest.mark.settings(
+    webhook_allow_http_loopback=True,
+    webhook_secrets={"acme": SECRET},
+    webhook_deadline_s=2.0,
+    retry_base_delay_s=0.2,
+    retry_max_delay_s=0.5,
+)
+async def test_a_delivery_past_its_deadline_is_given_up_and_counted(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    receiver: Receiver,
+    db: asyncpg.Connection,
+) -> None:
+    """The receiver never answers: tries until webhook_deadline_s, then the last is given up."""
+    counted = Attempts()
+    _, path = await make_corpus(3, seed=57)
+    response = await upload_with(api, path, receiver.url)
+    assert response.status_code == 202, response.text
+    batch_id = response.json()["batch_id"]
+    await run_worker()
+    attempts = await deliveries(db, batch_id)
+    assert len(attempts) >= 2
+    assert {a["error"] for a in attempts} == {"ConnectError"}
+    assert counted.since() == {"retried": len(attempts) - 1, "gave_up": 1}
 
 
 @pytest.mark.settings(webhook_secrets={"acme": SECRET})
@@ -249,9 +306,11 @@ async def test_a_tenant_without_a_secret_cannot_name_a_callback(
 async def test_an_unsafe_tenant_webhook_is_refused_at_delivery(
     api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, db: asyncpg.Connection
 ) -> None:
+    counted = Attempts()
     _, path = await make_corpus(3, seed=55)
     batch_id = await upload(api, path)
     await run_worker()
+    assert counted.since() == {"refused": 1}
     assert await deliveries(db, batch_id) == [
         {
             "round": 0,
@@ -274,6 +333,7 @@ async def test_a_redirect_is_recorded_and_never_followed(
     receiver.answer = 302
     receiver.headers = {"location": f"http://127.0.0.1:{receiver.port}/elsewhere"}
     await receiver.start()
+    counted = Attempts()
     _, path = await make_corpus(3, seed=56)
     response = await upload_with(api, path, receiver.url)
     batch_id = response.json()["batch_id"]
@@ -281,6 +341,7 @@ async def test_a_redirect_is_recorded_and_never_followed(
     assert [p for p, _, _ in receiver.got] == ["/hooks/pdf"]  # /elsewhere never asked
     attempts = await deliveries(db, batch_id)
     assert [(a["status_code"], a["error"]) for a in attempts] == [(302, None)]
+    assert counted.since() == {"refused": 1}
 
 
 def test_settings_keep_the_secret_out_of_reprs() -> None:

@@ -10,6 +10,7 @@
 #   tools/services.sh env DIR               print `export` lines for the app/tests
 #   tools/services.sh prometheus            install Debian's prometheus + promtool (service
 #                                           never started); print the prometheus binary path
+#   tools/services.sh redis|chromium|tesseract   install just that (as `start` and tests do)
 #
 # Ports (env overrides): PDFQUEUE_REDIS_PORT=16379 PDFQUEUE_PG_PORT=15432
 # PDFQUEUE_S3_PORT=17070.  Wait timeout per service: PDFQUEUE_SERVICES_TIMEOUT=60 (s).
@@ -32,7 +33,7 @@ die() { echo "services: ERROR: $*" >&2; exit 1; }
 say() { echo "services: $*" >&2; }
 
 usage() {
-  echo "usage: $0 start DIR [--no-s3] | stop DIR | destroy DIR | env DIR | prometheus | chromium | tesseract" >&2
+  echo "usage: $0 start DIR [--no-s3] | stop DIR | destroy DIR | env DIR | prometheus | redis | chromium | tesseract" >&2
   exit 2
 }
 
@@ -82,9 +83,13 @@ PDFQUEUE_REDIS_PORT, PDFQUEUE_PG_PORT, PDFQUEUE_S3_PORT."
 # ---------------------------------------------------------------------------
 redis_ping() { [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
 
-redis_start() {
+redis_install() {
   command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 ||
     apt_install redis-server redis-tools
+}
+
+redis_start() {
+  redis_install
   if redis_ping; then
     pid_alive "$DIR/redis.pid" || not_ours redis "$REDIS_PORT"
     say "redis already answering on 127.0.0.1:$REDIS_PORT"
@@ -305,6 +310,7 @@ tesseract_install() {
 # ---------------------------------------------------------------------------
 cmd="${1:-}"; [ $# -gt 0 ] && shift || usage
 if [ "$cmd" = prometheus ]; then prometheus_install; exit 0; fi
+if [ "$cmd" = redis ]; then redis_install; command -v redis-server; exit 0; fi
 if [ "$cmd" = chromium ]; then chromium_install; exit 0; fi
 if [ "$cmd" = tesseract ]; then tesseract_install; exit 0; fi
 DIR=""; WITH_S3=1; ONLY=""

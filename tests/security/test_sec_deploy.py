@@ -30,6 +30,7 @@ from tests.support.chartfix import (
     values_file,
 )
 from tests.support.kubefix import KubeCluster
+from tests.support.tools import installed
 
 HASH = "sha256:" + "ab" * 32
 PLAIN = "plain-token-of-forty-characters-0123456"
@@ -390,12 +391,12 @@ def _redis_cli(port: int, password: str | None) -> str:
     return proc.stdout.strip() + proc.stderr.strip()
 
 
-@pytest.mark.skipif(not shutil.which("redis-server"), reason="tools/services.sh installs redis")
 def test_the_rendered_redis_command_really_requires_the_password_it_never_shows(
     tmp_path: Path,
 ) -> None:
     """Run the StatefulSet's own command and args (paths moved under tmp_path) with a real
     redis-server: clients need the Secret's password, and it is on no command line."""
+    installed("redis-server", "redis")
     rendered = render("default")
     (c,) = rendered.one("StatefulSet", "-redis")["spec"]["template"]["spec"]["containers"]
     password = rendered.secret_value("pq-pdfqueue-redis", "redis-password")

@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from fastapi import FastAPI
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.processes import free_port
+from tests.support.tools import installed
 
 ROOT = Path(__file__).parents[2]
 RECORD_VIOLATIONS = """
@@ -30,11 +30,7 @@ document.addEventListener("securitypolicyviolation",
 
 
 def chromium() -> str:
-    if not shutil.which("chromium"):
-        subprocess.run(["bash", str(ROOT / "tools/services.sh"), "chromium"], check=True)
-    found = shutil.which("chromium")
-    assert found, "chromium not installed (tools/services.sh chromium)"
-    return found
+    return installed("chromium", "chromium")
 
 
 class DevTools:

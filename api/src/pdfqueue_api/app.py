@@ -41,6 +41,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import BatchErasure
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.gauges import QueueGauges
+from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.runtime.stores import API, Stores
 from pdfqueue.stores import schema
 from pdfqueue.stores.queue import check_durability
@@ -149,6 +150,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         gauges = QueueGauges(stores.redis, settings.queue_name, settings.metrics_interval_s)
         gauges.start()
+        store_gauges = StoreGauges(stores.redis, stores.db, settings.metrics_interval_s)
+        store_gauges.start()
         app.state.feed = BatchFeed(
             app.state.service.read, settings.events_interval_s, settings.max_event_streams
         )
@@ -158,6 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await app.state.feed.stop()
             await gauges.stop()
+            await store_gauges.stop()
             if publisher is not None:
                 await publisher.close()
             await stores.close()

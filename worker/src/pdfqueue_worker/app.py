@@ -20,6 +20,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
 from pdfqueue.runtime.gauges import QueueGauges
+from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.runtime.stores import Stores, worker_role
 from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
 from pdfqueue.stores.queue import check_durability, deserialize, serialize
@@ -73,6 +74,8 @@ async def startup(ctx: dict[str, Any]) -> None:
     metrics.WORKER_MAX_JOBS.set(settings.max_jobs)
     ctx["gauges"] = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
     ctx["gauges"].start()
+    ctx["store_gauges"] = StoreGauges(redis, stores.db, settings.metrics_interval_s)
+    ctx["store_gauges"].start()
     ctx["heartbeat"] = heartbeat.start(redis, settings)
     if settings.dispatch_fair:
         dispatcher = Dispatcher.from_settings(redis, settings)
@@ -89,6 +92,9 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     gauges: QueueGauges | None = ctx.get("gauges")
     if gauges is not None:
         await gauges.stop()
+    store_gauges: StoreGauges | None = ctx.get("store_gauges")
+    if store_gauges is not None:
+        await store_gauges.stop()
     deps: Deps | None = ctx.get("deps")
     if deps is not None:
         deps.extractor.close()

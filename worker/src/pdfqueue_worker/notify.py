@@ -14,6 +14,7 @@ from pydantic import SecretStr
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import UnsafeCallback
 from pdfqueue.domain.models import BatchStatus, BatchSummary
+from pdfqueue.observability import metrics
 from pdfqueue.runtime.stores import Stores
 from pdfqueue.stores.queue import Job, enqueue
 from pdfqueue.stores.webhooks import body, callback_of, parse, post, record_attempt
@@ -63,11 +64,13 @@ async def webhook(ctx: dict[str, Any], *, batch_id: str, retry_round: int) -> st
         return delivery
     if delivery.secret is None:
         await _note(deps, delivery, error="no webhook secret for the tenant")
+        metrics.webhook_attempted("refused")
         return "no secret"
     try:
         code = await _post(deps, delivery, delivery.secret)
     except UnsafeCallback as exc:
         await _note(deps, delivery, error=exc.why)
+        metrics.webhook_attempted("refused")
         log.warning("webhook refused: %s", exc.why, extra={"batch_id": batch_id})
         return f"refused: {exc.why}"
     except (httpx.HTTPError, OSError) as exc:
@@ -80,8 +83,10 @@ async def webhook(ctx: dict[str, Any], *, batch_id: str, retry_round: int) -> st
 def _answered(deps: Deps, ctx: dict[str, Any], delivery: Delivery, code: int) -> str:
     """Done on 2xx; a redirect is final (never followed); anything else is tried again."""
     if 200 <= code < 300:
+        metrics.webhook_attempted("delivered")
         return f"delivered ({code})"
     if 300 <= code < 400:
+        metrics.webhook_attempted("refused")
         return f"refused: a redirect ({code}) is not followed"
     return _again(deps, ctx, delivery.summary.completed_at, f"answered {code}")
 
@@ -132,5 +137,7 @@ def _again(deps: Deps, ctx: dict[str, Any], completed_at: datetime | None, why: 
     delay = deps.backoff_s(ctx["job_try"])
     since = (datetime.now(UTC) - (completed_at or datetime.now(UTC))).total_seconds()
     if since + delay > deps.settings.webhook_deadline_s:
+        metrics.webhook_attempted("gave_up")
         return f"gave up: {why}"
+    metrics.webhook_attempted("retried")
     raise Retry(defer=delay)

@@ -72,6 +72,14 @@ REDIS_MAXMEMORY = _Gauge(
     "pdfqueue_redis_maxmemory_bytes", "Redis INFO maxmemory (0 means no limit)."
 )
 
+# --- processes polling PostgreSQL too (pdfqueue.runtime.progress) ---------------------------
+POSTGRES_UP = _Gauge("pdfqueue_postgres_up", "1 if the last poll of PostgreSQL succeeded, else 0.")
+BATCH_PROGRESS_AGE = _Gauge(
+    "pdfqueue_batch_oldest_progress_age_seconds",
+    "Seconds since the PROCESSING batch that moved least recently counted a file (0 when none"
+    " is processing); as this process saw it, so never more than its uptime.",
+)
+
 # --- every process ---------------------------------------------------------------------------
 BATCHES = _Counter(
     "pdfqueue_batches", "Batches that entered a status (PENDING when created).", ["status"]
@@ -137,6 +145,14 @@ WORKER_MAX_JOBS = _Gauge(
     "pdfqueue_worker_max_jobs",
     "Jobs this worker process may run at once; one series per live worker process.",
 )
+WEBHOOK_RESULTS = ("delivered", "retried", "gave_up", "refused")
+"""How one attempt at a completion webhook ended: accepted (2xx), failed and tried again later,
+failed past webhook_deadline_s, or refused for good (URL not allowed, redirect, no secret)."""
+WEBHOOK_DELIVERIES = _Counter(
+    "pdfqueue_webhook_deliveries",
+    "Attempts at delivering a completion webhook, by how each ended.",
+    ["result"],
+)
 
 # --- operator --------------------------------------------------------------------------------
 OPERATOR_DESIRED_REPLICAS = _Gauge(
@@ -178,7 +194,10 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
         JOBS_IN_PROGRESS,
         RETRIES,
         WORKER_MAX_JOBS,
+        WEBHOOK_DELIVERIES,
     ),
+    # Only where a pdfqueue.runtime.progress.StoreGauges task runs: an unset "up" would read 0.
+    "postgres": (POSTGRES_UP, BATCH_PROGRESS_AGE),
     "operator": (OPERATOR_DESIRED_REPLICAS, OPERATOR_REPLICAS, OPERATOR_SCALING_DECISIONS),
 }
 _registered: set[int] = set()
@@ -196,6 +215,8 @@ def _initialize() -> None:
             JOB_DURATION.labels(function, result)
         for reason in RETRY_REASONS:
             RETRIES.labels(function, reason)
+    for result in WEBHOOK_RESULTS:
+        WEBHOOK_DELIVERIES.labels(result)
     for direction in ("up", "down"):
         OPERATOR_SCALING_DECISIONS.labels(direction)
     for action in REMOVAL_ACTIONS:
@@ -208,7 +229,8 @@ _initialize()
 
 def register(*components: str) -> None:
     """Export the common metrics and those of `components` ("api", "worker", "operator",
-    "queue" for a process running `pdfqueue.runtime.gauges.QueueGauges`).
+    "queue" for a process running `pdfqueue.runtime.gauges.QueueGauges`, "postgres" for one
+    running `pdfqueue.runtime.progress.StoreGauges`).
 
     Idempotent: tests run the API and workers in one process.
     """
@@ -269,3 +291,8 @@ def data_removed(action: str, files: int, objects: int, nbytes: int) -> None:
     """A purge or an erasure removed `files` rows and `objects` objects of `nbytes` bytes."""
     for what, n in (("files", files), ("objects", objects), ("bytes", nbytes)):
         DATA_REMOVED.labels(action, what).inc(n)
+
+
+def webhook_attempted(result: str) -> None:
+    """For a worker, how one attempt at a completion webhook ended (one of WEBHOOK_RESULTS)."""
+    WEBHOOK_DELIVERIES.labels(result).inc()

@@ -172,6 +172,11 @@ class Database:
         count: int = await self.pool.fetchval(_ACTIVE_BATCHES, tenant, list(uploading))
         return count
 
+    async def processing_batches(self, limit: int = 10_000) -> list[str]:
+        """Ids of up to `limit` PROCESSING batches, read through the index of unfinished ones."""
+        rows = await self.pool.fetch(_PROCESSING_BATCHES, limit)
+        return [r["id"] for r in rows]
+
     async def delete_batch(self, batch_id: str) -> None:
         await self.pool.execute("DELETE FROM pdfqueue_batches WHERE id = $1", batch_id)
 
@@ -467,6 +472,12 @@ by the statement's files, let the planner scan every row of the batch when its s
 predated the batch (an index-only scan of `pdfqueue_files_by_outcome`)."""
 
 # The predicate is the one of index pdfqueue_batches_active (0002), word for word.
+# PostgreSQL proves that status = 'PROCESSING' implies pdfqueue_batches_active's predicate, so
+# this reads that index of unfinished batches, never the whole history.
+_PROCESSING_BATCHES = """
+SELECT id FROM pdfqueue_batches WHERE status = 'PROCESSING' LIMIT $1
+"""
+
 _ACTIVE_BATCHES = """
 SELECT (SELECT count(*) FROM pdfqueue_batches
         WHERE tenant = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED'))

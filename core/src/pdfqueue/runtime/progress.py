@@ -1,0 +1,94 @@
+"""PostgreSQL reachability and how long the stalest running batch has gone without progress."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+
+from pdfqueue.domain import keys
+from pdfqueue.observability import metrics
+from pdfqueue.observability.periodic import Periodic
+from pdfqueue.stores.db import Database
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ProgressClock:
+    """When each running batch's processed count last changed, as seen by this process.
+
+    A batch first seen counts as moving then: a process that just started never reports an
+    age it did not watch. A count that is missing (the batch's live state is gone) is no
+    progress: the batch keeps its last count and the time it last changed.
+    """
+
+    _since: dict[str, tuple[bytes | None, float]] = field(default_factory=dict)
+
+    def observe(self, processed: Mapping[str, bytes | None], now: float) -> float:
+        """Record the counts of the batches running now; the oldest age without change."""
+        since: dict[str, tuple[bytes | None, float]] = {}
+        for batch_id, count in processed.items():
+            seen = self._since.get(batch_id)
+            if seen is None or (count is not None and count != seen[0]):
+                since[batch_id] = (count, now)
+            else:
+                since[batch_id] = seen
+        self._since = since  # finished batches drop out
+        return max((now - moved for _, moved in since.values()), default=0.0)
+
+    def moved_at(self, batch_id: str) -> float | None:
+        """When the batch's count last changed (None: not running when last observed)."""
+        seen = self._since.get(batch_id)
+        return seen[1] if seen is not None else None
+
+
+@dataclass
+class StoreGauges:
+    """Polls PostgreSQL (its running batches) and Redis (their counts) every `interval_s`.
+
+    A loop of its own, so a hung PostgreSQL never delays the queue gauges or the heartbeat.
+    """
+
+    redis: Redis
+    db: Database
+    interval_s: float = 5.0
+    clock: ProgressClock = field(default_factory=ProgressClock)
+    _loop: Periodic | None = field(default=None, init=False, repr=False)
+
+    async def poll(self, now: float | None = None) -> None:
+        """One poll (at monotonic time `now`): a failure to list the batches is PostgreSQL's,
+        which the loop reports."""
+        running = await self.db.processing_batches()
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for batch_id in running:
+                    pipe.hget(keys.batch(batch_id), "processed")
+                counts = await pipe.execute()
+        except Exception as exc:  # Redis's own gauge says so; the batches' ages stay as they were
+            log.debug("batch progress not read from redis: %r", exc)
+            return
+        now = time.monotonic() if now is None else now
+        age_s = self.clock.observe(dict(zip(running, counts, strict=True)), now)
+        metrics.BATCH_PROGRESS_AGE.set(age_s)
+
+    def start(self) -> None:
+        metrics.register("postgres")
+        if self._loop is None:
+            self._loop = Periodic(
+                "store-gauges",
+                self.interval_s,
+                self.poll,
+                timeout_s=max(self.interval_s, 1.0),
+                on_error=lambda _exc: metrics.POSTGRES_UP.set(0),
+                on_ok=lambda: metrics.POSTGRES_UP.set(1),
+            )
+            self._loop.start()
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            await self._loop.stop()
+        self._loop = None
