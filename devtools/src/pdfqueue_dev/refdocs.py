@@ -222,6 +222,8 @@ def metrics_page() -> str:
         "api": "API",
         "worker": "worker",
         "operator": "operator",
+        "postgres": "API, worker (the PostgreSQL gauges)",
+        "election": "operator",
     }
     out = [
         header("Metrics reference", "`core/src/pdfqueue/observability/metrics.py`"),
@@ -233,7 +235,7 @@ def metrics_page() -> str:
     for metric in sorted(collected, key=lambda m: m._name):
         name = metric._name + ("_total" if metric._type == "counter" else "")
         groups = exported_by.get(id(metric))
-        where = ", ".join(processes[g] for g in groups) if groups else "every process"
+        where = ", ".join(processes.get(g, g) for g in groups) if groups else "every process"
         labels = ", ".join(f"`{label}`" for label in metric._labelnames)
         out.append(
             f"| `{name}` | {metric._type} | {labels} | {where} | {cell(metric._documentation)} |"
