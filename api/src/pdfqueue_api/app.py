@@ -20,7 +20,6 @@ from pdfqueue.domain.csvsafe import csv_line
 from pdfqueue.domain.errors import (
     ArchiveTooLarge,
     PdfQueueError,
-    ServiceUnavailable,
     UnsupportedMediaType,
     UploadAborted,
 )
@@ -41,7 +40,7 @@ from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.stores import API, Stores
 from pdfqueue.stores.queue import check_durability
 from pdfqueue_api.auth import require_tenant
-from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, event_id
+from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, EventStream, event_id
 from pdfqueue_api.headers import SecurityHeadersMiddleware
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
@@ -121,7 +120,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         gauges = QueueGauges(stores.redis, settings.queue_name, settings.metrics_interval_s)
         gauges.start()
         app.state.feed = BatchFeed(
-            app.state.service.read, settings.events_interval_s, settings.max_event_streams
+            app.state.service.read,
+            settings.events_interval_s,
+            settings.max_event_streams,
+            settings.max_event_streams_per_tenant,
         )
         app.state.feed.start()
         try:
@@ -284,7 +286,7 @@ def _add_routes(app: FastAPI) -> None:
         responses={
             200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
             204: {"description": "The client already saw the batch's terminal state."},
-            **errors(401, 404, 503),
+            **errors(401, 404, 429, 503),
         },
     )
     async def batch_events(
@@ -293,20 +295,16 @@ def _add_routes(app: FastAPI) -> None:
         """Server-Sent Events: `status` events (a BatchSummary each) until a terminal state.
 
         Each event's id names the state; reconnecting with `Last-Event-ID` skips the state
-        already seen, and once the batch has ended and been seen the answer is 204.
+        already seen, and once the batch has ended and been seen the answer is 204. A tenant
+        holding PDFQUEUE_MAX_EVENT_STREAMS_PER_TENANT streams gets 429 with Retry-After; a
+        process holding PDFQUEUE_MAX_EVENT_STREAMS gets 503.
         """
         feed: BatchFeed = request.app.state.feed
         first = await service.get(tenant, batch_id)
         last_seen = request.headers.get("last-event-id", "")[:MAX_EVENT_ID] or None
         if first.status in TERMINAL and last_seen == event_id(first):
             return Response(status_code=status.HTTP_204_NO_CONTENT)
-        if feed.streams >= feed.max_streams:
-            raise ServiceUnavailable("events", "too many open event streams")
-        return StreamingResponse(
-            feed.stream(first, last_seen),
-            media_type="text/event-stream",
-            headers={"X-Accel-Buffering": "no"},
-        )
+        return EventStream(feed, feed.subscribe(first, tenant), last_seen)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

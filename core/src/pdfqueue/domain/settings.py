@@ -209,6 +209,10 @@ class Settings(BaseSettings):
     the number of streams) and sends the changes."""
     max_event_streams: int = Field(default=2000, ge=1)
     """Event streams one API process keeps open at once; more get 503."""
+    max_event_streams_per_tenant: int = Field(default=100, ge=1)
+    """Event streams one tenant may hold open in one API process; more get 429 with
+    Retry-After, so one token cannot take the streams of every other tenant. Keep it well
+    under `max_event_streams`."""
 
     # --- per-tenant quotas on uploads (429 with Retry-After; 0 turns a quota off) --------------
     quota_uploads_per_minute: int = Field(default=30, ge=0)
