@@ -19,6 +19,7 @@ from pdfqueue.domain.advice import ADVICE
 from pdfqueue.domain.csvsafe import csv_line
 from pdfqueue.domain.errors import (
     ArchiveTooLarge,
+    MalformedRequest,
     PdfQueueError,
     UnsupportedMediaType,
     UploadAborted,
@@ -78,7 +79,8 @@ class Problem(BaseModel):
 
 
 ERRORS = {
-    400: "A malformed parameter (a cursor this API did not hand out).",
+    400: "A malformed parameter (a cursor this API did not hand out) or request framing (a"
+    " multipart Content-Type without a valid boundary).",
     401: "Missing or unknown bearer token.",
     404: "Unknown batch, or another tenant's.",
     413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
@@ -167,7 +169,7 @@ def _add_routes(app: FastAPI) -> None:
         "/v1/batches",
         status_code=status.HTTP_202_ACCEPTED,
         response_model=BatchCreated,
-        responses=errors(401, 413, 415, 422, 429, 503),
+        responses=errors(400, 401, 413, 415, 422, 429, 503),
         openapi_extra={
             "requestBody": {
                 "content": {
@@ -202,7 +204,7 @@ def _add_routes(app: FastAPI) -> None:
         when the batch completes (422 if it is not one pdfqueue will call).
         """
         limit = service.settings.max_upload_bytes
-        declared = int(request.headers.get("content-length") or 0)
+        declared = _content_length(request)
         if declared > limit:
             raise ArchiveTooLarge(limit)
         decode, form = _body_decoder(request.headers.get("content-type", ""))
@@ -390,6 +392,18 @@ def _add_page(app: FastAPI) -> None:
         return Response(
             assets[name], media_type=ASSETS[name], headers={"Cache-Control": "no-cache"}
         )
+
+
+def _content_length(request: Request) -> int:
+    """The declared body size (0 when chunked); 400 for anything but one decimal number
+    (uvicorn's parser refuses those first; this holds behind any other server too)."""
+    values = request.headers.getlist("content-length")
+    if not values:
+        return 0
+    if len(set(values)) != 1 or not values[0].isascii() or not values[0].isdigit():
+        msg = "Content-Length is not one decimal number"
+        raise MalformedRequest(msg)
+    return int(values[0])
 
 
 def _body_decoder(
