@@ -22,7 +22,7 @@ import pytest
 from fastapi import FastAPI
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue_dev.processes import Child, free_port, wait_http, wait_until_async
+from pdfqueue_dev.processes import Child, free_port, wait_http, wait_until, wait_until_async
 from tests.support.helpers import ACME, ACME_TOKEN, GLOBEX, MakeCorpus, settings_env
 
 # --- item 4: each tenant its share of the event streams -------------------------------------
@@ -266,13 +266,15 @@ def test_connections_over_the_limit_get_503_but_probes_are_answered(real_api: Re
     ],
     ids=["chunk size", "chunk end", "length and chunked", "length not a number", "two lengths"],
 )
-def test_broken_body_framing_is_400(real_api: RealApi, framing: bytes) -> None:
-    """uvicorn's parser refuses these before the app; the test keeps it that way."""
+def test_broken_body_framing_is_400(real_api: RealApi, s3_keys: Any, framing: bytes) -> None:
+    """uvicorn's parser refuses these, in the head or mid-body (then the app sees the client
+    leave and removes the partial upload); the test keeps it that way."""
     request = (
         b"POST /v1/batches HTTP/1.1\r\nHost: t\r\nContent-Type: application/zip\r\n"
         b"Authorization: Bearer " + ACME_TOKEN.encode() + b"\r\n" + framing
     )
     assert status_of(exchange(real_api, request)[0]) == 400
+    wait_until(lambda: s3_keys() == [], "the partial upload removed", 30)
 
 
 # --- item 7: callback addresses that carry an IPv4 address ----------------------------------
