@@ -170,8 +170,17 @@ def _stage_means(before: list[dict[str, float]], after: list[dict[str, float]]) 
 class Deployment:
     """The API and N workers for one configuration, started fresh and warmed up."""
 
-    def __init__(self, bench: Bench, workers: int, extract_processes: int, tag: str) -> None:
+    def __init__(
+        self,
+        bench: Bench,
+        workers: int,
+        extract_processes: int,
+        tag: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.bench = bench
+        self.env = env or {}
+        """Settings of this configuration only, over the bench's own."""
         self.workers = workers
         self.extract_processes = extract_processes
         self.tag = tag
@@ -181,7 +190,11 @@ class Deployment:
         self.client = Client(f"http://127.0.0.1:{self.port}", TOKEN, timeout_s=120)
 
     def __enter__(self) -> Deployment:
-        env = {**self.bench.env, "PDFQUEUE_EXTRACT_PROCESSES": str(self.extract_processes)}
+        env = {
+            **self.bench.env,
+            "PDFQUEUE_EXTRACT_PROCESSES": str(self.extract_processes),
+            **self.env,
+        }
         try:
             self.children.append(
                 Child(

@@ -47,7 +47,9 @@ async def _clients(url: str, batch_id: str, n: int, opened: threading.Event) -> 
 def run_sse(bench: Bench, clients: int, files: int, seed: int) -> dict[str, Any]:
     """One worker runs a batch of `files` PDFs while `clients` streams follow it."""
     planned, path = corpus.corpus(files, seed)
-    with Deployment(bench, workers=1, extract_processes=1, tag="sse") as dep:
+    # one tenant opens every stream here: its share must hold them all
+    share = {"PDFQUEUE_MAX_EVENT_STREAMS_PER_TENANT": str(clients)}
+    with Deployment(bench, workers=1, extract_processes=1, tag="sse", env=share) as dep:
         dep.warm_up()
         asyncio.run(corpus.reseed(bench.database_url, bench.schema, planned))
         idle = dep.sampler()

@@ -12,7 +12,7 @@ import pytest
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.processes import free_port, wait_until
-from tests.test_prometheus import settings_env
+from tests.support.helpers import settings_env
 
 
 def running_in(folder: Path) -> list[int]:

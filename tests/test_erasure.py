@@ -30,8 +30,7 @@ from pdfqueue.stores.db import Database, connect
 from pdfqueue.stores.retention import ERASED_NAME, RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.samples import CLEAN, Corpus, build_corpus, seed_users, write_zip
-from tests.support.helpers import GLOBEX, RunWorker, upload
-from tests.test_prometheus import settings_env
+from tests.support.helpers import GLOBEX, RunWorker, settings_env, upload
 
 ROOT = Path(__file__).parents[1]
 

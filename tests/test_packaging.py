@@ -192,7 +192,8 @@ def _modules(venv: Path, names: list[str]) -> dict[str, bool]:
 IMAGE_CONTENTS = {
     # image venv (as in the Dockerfile): (must import, must not import, pdfqueue subcommand)
     ("Dockerfile.api", "/app/.venv"): (
-        ["pdfqueue_api", "fastapi", "uvicorn", "multipart", "kubernetes"],
+        # httptools: the API's HTTP protocol bounds request heads on uvicorn's httptools one
+        ["pdfqueue_api", "fastapi", "uvicorn", "httptools", "multipart", "kubernetes"],
         [
             "pypdf",
             "pebble",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from pdfqueue_dev.processes import (
     wait_until,
     wait_until_async,
 )
-from tests.support.helpers import ACME, MakeCorpus
+from tests.support.helpers import ACME, MakeCorpus, settings_env
 from tests.support.tools import installed
 
 ROOT = Path(__file__).parents[1]
@@ -63,33 +62,6 @@ metrics.serve(int(sys.argv[1]), addr="127.0.0.1")
 while True:
     time.sleep(1)
 """
-
-
-def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The test's settings as the PDFQUEUE_* variables a separate process reads."""
-    env = dict(os.environ)
-    for name, field in Settings.model_fields.items():
-        value = getattr(settings, name)
-        if field.validation_alias is not None or value is None:
-            continue
-        if value == field.get_default(call_default_factory=True):
-            continue  # the other process has the same default
-        if name == "api_tokens":
-            value = ",".join(f"{tenant}:{token}" for token, tenant in value.items())
-        elif name == "operator_namespace_tenants":
-            value = ",".join(f"{ns}:{tenant}" for ns, tenant in value.items())
-        elif isinstance(value, set | frozenset | list | tuple):
-            value = ",".join(sorted(str(v) for v in value))
-        elif isinstance(value, dict):
-            value = json.dumps({k: _plain(v) for k, v in value.items()})
-        env[f"PDFQUEUE_{name.upper()}"] = str(value)
-    env.update(extra)
-    return env
-
-
-def _plain(value: Any) -> Any:
-    """A settings value as JSON would carry it (a pydantic model as its fields)."""
-    return value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
 
 
 def expressions(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.samples import Corpus
 
 ACME_TOKEN = "acme-test-token-0123456789abcdef0123456789"
@@ -28,3 +31,30 @@ async def upload(api: httpx.AsyncClient, path: Path) -> str:
     assert response.status_code == 202, response.text
     batch_id: str = response.json()["batch_id"]
     return batch_id
+
+
+def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The test's settings as the PDFQUEUE_* variables a separate process reads."""
+    env = dict(os.environ)
+    for name, field in Settings.model_fields.items():
+        value = getattr(settings, name)
+        if field.validation_alias is not None or value is None:
+            continue
+        if value == field.get_default(call_default_factory=True):
+            continue  # the other process has the same default
+        if name == "api_tokens":
+            value = ",".join(f"{tenant}:{token}" for token, tenant in value.items())
+        elif name == "operator_namespace_tenants":
+            value = ",".join(f"{ns}:{tenant}" for ns, tenant in value.items())
+        elif isinstance(value, set | frozenset | list | tuple):
+            value = ",".join(sorted(str(v) for v in value))
+        elif isinstance(value, dict):
+            value = json.dumps({k: _plain(v) for k, v in value.items()})
+        env[f"PDFQUEUE_{name.upper()}"] = str(value)
+    env.update(extra)
+    return env
+
+
+def _plain(value: Any) -> Any:
+    """A settings value as JSON would carry it (a pydantic model as its fields)."""
+    return value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value

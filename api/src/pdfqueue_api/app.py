@@ -20,9 +20,9 @@ from pdfqueue.domain.advice import ADVICE
 from pdfqueue.domain.csvsafe import csv_line
 from pdfqueue.domain.errors import (
     ArchiveTooLarge,
+    MalformedRequest,
     PdfQueueError,
     SchemaNotReady,
-    ServiceUnavailable,
     UnsupportedMediaType,
     UploadAborted,
 )
@@ -46,7 +46,7 @@ from pdfqueue.runtime.stores import API, Stores
 from pdfqueue.stores import schema
 from pdfqueue.stores.queue import check_durability
 from pdfqueue_api.auth import require_tenant
-from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, event_id
+from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, EventStream, event_id
 from pdfqueue_api.headers import SecurityHeadersMiddleware
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
@@ -109,7 +109,8 @@ class Problem(BaseModel):
 
 
 ERRORS = {
-    400: "A malformed parameter (a cursor this API did not hand out).",
+    400: "A malformed parameter (a cursor this API did not hand out) or request framing (a"
+    " multipart Content-Type without a valid boundary).",
     401: "Missing or unknown bearer token.",
     404: "Unknown batch, or another tenant's.",
     413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
@@ -153,7 +154,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store_gauges = StoreGauges(stores.redis, stores.db, settings.metrics_interval_s)
         store_gauges.start()
         app.state.feed = BatchFeed(
-            app.state.service.read, settings.events_interval_s, settings.max_event_streams
+            app.state.service.read,
+            settings.events_interval_s,
+            settings.max_event_streams,
+            settings.max_event_streams_per_tenant,
         )
         app.state.feed.start()
         try:
@@ -198,7 +202,7 @@ def _add_routes(app: FastAPI) -> None:
         "/v1/batches",
         status_code=status.HTTP_202_ACCEPTED,
         response_model=BatchCreated,
-        responses=errors(401, 413, 415, 422, 429, 503),
+        responses=errors(400, 401, 413, 415, 422, 429, 503),
         openapi_extra={
             "requestBody": {
                 "content": {
@@ -233,7 +237,7 @@ def _add_routes(app: FastAPI) -> None:
         when the batch completes (422 if it is not one pdfqueue will call).
         """
         limit = service.settings.max_upload_bytes
-        declared = int(request.headers.get("content-length") or 0)
+        declared = _content_length(request)
         if declared > limit:
             raise ArchiveTooLarge(limit)
         decode, form = _body_decoder(request.headers.get("content-type", ""))
@@ -330,7 +334,7 @@ def _add_routes(app: FastAPI) -> None:
         responses={
             200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
             204: {"description": "The client already saw the batch's terminal state."},
-            **errors(401, 404, 503),
+            **errors(401, 404, 429, 503),
         },
     )
     async def batch_events(
@@ -339,20 +343,16 @@ def _add_routes(app: FastAPI) -> None:
         """Server-Sent Events: `status` events (a BatchSummary each) until a terminal state.
 
         Each event's id names the state; reconnecting with `Last-Event-ID` skips the state
-        already seen, and once the batch has ended and been seen the answer is 204.
+        already seen, and once the batch has ended and been seen the answer is 204. A tenant
+        holding PDFQUEUE_MAX_EVENT_STREAMS_PER_TENANT streams gets 429 with Retry-After; a
+        process holding PDFQUEUE_MAX_EVENT_STREAMS gets 503.
         """
         feed: BatchFeed = request.app.state.feed
         first = await service.get(tenant, batch_id)
         last_seen = request.headers.get("last-event-id", "")[:MAX_EVENT_ID] or None
         if first.status in TERMINAL and last_seen == event_id(first):
             return Response(status_code=status.HTTP_204_NO_CONTENT)
-        if feed.streams >= feed.max_streams:
-            raise ServiceUnavailable("events", "too many open event streams")
-        return StreamingResponse(
-            feed.stream(first, last_seen),
-            media_type="text/event-stream",
-            headers={"X-Accel-Buffering": "no"},
-        )
+        return EventStream(feed, feed.subscribe(first, tenant), last_seen)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -443,6 +443,18 @@ def _add_page(app: FastAPI) -> None:
         return Response(
             assets[name], media_type=ASSETS[name], headers={"Cache-Control": "no-cache"}
         )
+
+
+def _content_length(request: Request) -> int:
+    """The declared body size (0 when chunked); 400 for anything but one decimal number
+    (uvicorn's parser refuses those first; this holds behind any other server too)."""
+    values = request.headers.getlist("content-length")
+    if not values:
+        return 0
+    if len(set(values)) != 1 or not values[0].isascii() or not values[0].isdigit():
+        msg = "Content-Length is not one decimal number"
+        raise MalformedRequest(msg)
+    return int(values[0])
 
 
 def _body_decoder(

@@ -23,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from pdfqueue.observability.logging import setup_logging
     from pdfqueue.observability.tracing import setup_tracing
     from pdfqueue_api.app import create_app
+    from pdfqueue_api.protocol import HttpLimits, protocol_class
 
     setup_logging()
     try:
@@ -33,5 +34,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"pdfqueue api: refusing to start: {exc}", file=sys.stderr)
         return 2
     setup_tracing("pdfqueue-api", export=settings.export_traces)
-    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
+    limits = HttpLimits.from_settings(settings)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        # uvicorn's httptools protocol reads a head of any size for any time: ours bounds it
+        http=protocol_class(limits),
+        limit_concurrency=limits.max_connections,
+        ws="none",  # no WebSocket route: no upgrade path to attack
+    )
     return 0

@@ -7,6 +7,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from pdfqueue.domain.errors import QuotaExceeded, ServiceUnavailable
 from pdfqueue.domain.models import TERMINAL, BatchSummary
 from pdfqueue.observability.periodic import Periodic
 
@@ -17,6 +21,9 @@ RETRY_MS = 2000
 """How long a browser waits before it reconnects a broken stream."""
 MAX_EVENT_ID = 80
 """A Last-Event-ID longer than any id we send is ignored, not compared."""
+STREAMS_RETRY_AFTER_S = 5
+"""Retry-After of a tenant over its share of streams: a stream ends with its batch, so a
+slot is usually free again within seconds."""
 
 Reader = Callable[[str], Awaitable[BatchSummary | None]]
 
@@ -35,9 +42,11 @@ def encode(summary: BatchSummary) -> bytes:
 
 @dataclass(eq=False)
 class Subscriber:
-    """One open stream: the newest state of its batch, and a flag that it changed."""
+    """One open stream of one tenant: the newest state of its batch, and a flag that it
+    changed."""
 
     latest: BatchSummary
+    tenant: str
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def offer(self, summary: BatchSummary) -> None:
@@ -56,7 +65,10 @@ class BatchFeed:
     read: Reader
     interval_s: float
     max_streams: int
+    max_tenant_streams: int
+    """One tenant's share of `max_streams`: no token can take every stream of the process."""
     watchers: dict[str, set[Subscriber]] = field(default_factory=dict)
+    by_tenant: dict[str, int] = field(default_factory=dict)
     _loop: Periodic | None = None
 
     @property
@@ -72,17 +84,34 @@ class BatchFeed:
         if self._loop is not None:
             await self._loop.stop()
 
-    def subscribe(self, summary: BatchSummary) -> Subscriber:
-        subscriber = Subscriber(summary)
+    def subscribe(self, summary: BatchSummary, tenant: str) -> Subscriber:
+        """Take a stream slot now, in the request (429 over the tenant's share, 503 when the
+        process is full): counted before the response starts, so concurrent requests cannot
+        all pass the check. The caller must `unsubscribe` it (EventStream does)."""
+        held = self.by_tenant.get(tenant, 0)
+        if held >= self.max_tenant_streams:
+            raise QuotaExceeded("event_streams", self.max_tenant_streams, STREAMS_RETRY_AFTER_S)
+        if self.streams >= self.max_streams:
+            raise ServiceUnavailable("events", "too many open event streams")
+        subscriber = Subscriber(summary, tenant)
         self.watchers.setdefault(summary.batch_id, set()).add(subscriber)
+        self.by_tenant[tenant] = held + 1
         return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
+        """Free the stream's slot; a second call does nothing."""
         batch_id = subscriber.latest.batch_id
         watching = self.watchers.get(batch_id, set())
+        if subscriber not in watching:
+            return
         watching.discard(subscriber)
         if not watching:
             self.watchers.pop(batch_id, None)
+        left = self.by_tenant[subscriber.tenant] - 1
+        if left:
+            self.by_tenant[subscriber.tenant] = left
+        else:
+            del self.by_tenant[subscriber.tenant]
 
     async def tick(self) -> None:
         """Read every watched batch once and hand each changed state to its streams."""
@@ -98,12 +127,11 @@ class BatchFeed:
                 if event_id(subscriber.latest) != event_id(result):
                     subscriber.offer(result)
 
-    async def stream(self, first: BatchSummary, last_seen: str | None) -> AsyncIterator[bytes]:
-        """The events of one client from `first` on, skipping the state it last saw."""
-        subscriber = self.subscribe(first)
+    async def stream(self, subscriber: Subscriber, last_seen: str | None) -> AsyncIterator[bytes]:
+        """The events of one client from its subscription on, skipping the state it last saw."""
         try:
             yield f"retry: {RETRY_MS}\n\n".encode()
-            summary = first
+            summary = subscriber.latest
             while True:
                 if event_id(summary) != last_seen:
                     last_seen = event_id(summary)
@@ -119,3 +147,23 @@ class BatchFeed:
                 summary = subscriber.latest
         finally:
             self.unsubscribe(subscriber)
+
+
+class EventStream(StreamingResponse):
+    """The stream of one subscriber; its slot is freed when the response ends however it
+    ends, even if the body never started (a client gone before the first byte)."""
+
+    def __init__(self, feed: BatchFeed, subscriber: Subscriber, last_seen: str | None) -> None:
+        super().__init__(
+            feed.stream(subscriber, last_seen),
+            media_type="text/event-stream",
+            headers={"X-Accel-Buffering": "no"},
+        )
+        self.feed = feed
+        self.subscriber = subscriber
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.feed.unsubscribe(self.subscriber)

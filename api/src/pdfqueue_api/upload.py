@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import AsyncIterator
+from typing import NoReturn
 
 from python_multipart.exceptions import FormParserError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 
-from pdfqueue.domain.errors import ArchiveTooLarge, NotAZipArchive, UnsupportedMediaType
+from pdfqueue.domain.errors import ArchiveTooLarge, MalformedRequest, NotAZipArchive
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
 
@@ -17,6 +19,10 @@ ZIP_TYPES = {"application/zip", "application/x-zip-compressed", "application/oct
 
 
 MAX_NAME_CHARS = 200
+BOUNDARY = re.compile(r"[0-9A-Za-z'()+_,./:=? -]{0,69}[0-9A-Za-z'()+_,./:=?-]")
+"""A multipart boundary as RFC 2046 allows it: 1 to 70 of these characters, not ending in a
+space. Every browser and HTTP library stays inside it; python-multipart alone would take
+up to 256 bytes of anything, and refuse more where no handler maps it."""
 """The uploaded file's name is display-only: longer names are cut."""
 
 
@@ -34,11 +40,7 @@ class FormFileReader:
     """Pulls the bytes of the `file` field out of a multipart body as they arrive."""
 
     def __init__(self, content_type: str) -> None:
-        _, params = parse_options_header(content_type)
-        boundary = params.get(b"boundary")
-        if not boundary:
-            msg = "multipart/form-data without a boundary"
-            raise UnsupportedMediaType(msg)
+        boundary = multipart_boundary(content_type)
         self.pending = bytearray()
         self.in_file = False
         self.seen_file = False
@@ -46,7 +48,7 @@ class FormFileReader:
         """The file field's `filename`, as the client sent it (unsanitised)."""
         self._header_name = b""
         self._header_value = b""
-        self._disposition = b""
+        self._disposition: bytes | None = None
         self.parser = MultipartParser(
             boundary,
             {
@@ -61,7 +63,7 @@ class FormFileReader:
         )
 
     def _begin(self) -> None:
-        self._disposition = b""
+        self._disposition = None
 
     def _field(self, data: bytes, start: int, end: int) -> None:
         self._header_name += data[start:end]
@@ -71,12 +73,24 @@ class FormFileReader:
 
     def _header_end(self) -> None:
         if self._header_name.lower() == b"content-disposition":
+            if self._disposition is not None:
+                _malformed("a multipart part has two Content-Disposition headers")
             self._disposition = self._header_value
         self._header_name, self._header_value = b"", b""
 
     def _headers_done(self) -> None:
-        _, params = parse_options_header(self._disposition)
-        self.in_file = params.get(b"name") == b"file" and not self.seen_file
+        """RFC 7578: every part says `Content-Disposition: form-data; name=...`; one part
+        named `file` is the upload (a second one would make the upload ambiguous)."""
+        if self._disposition is None:
+            _malformed("a multipart part has no Content-Disposition header")
+        kind, params = parse_options_header(self._disposition)
+        if kind != b"form-data":
+            _malformed("a multipart part's Content-Disposition is not form-data")
+        if not params.get(b"name"):
+            _malformed("a multipart part has no name")
+        self.in_file = params[b"name"] == b"file"
+        if self.in_file and self.seen_file:
+            _malformed("the multipart body has more than one field named 'file'")
         self.seen_file = self.seen_file or self.in_file
         if self.in_file and b"filename" in params:
             self.filename = params[b"filename"].decode("utf-8", errors="replace")
@@ -107,8 +121,29 @@ class FormFileReader:
             else:
                 self.parser.write(chunk)
         except FormParserError as exc:  # the root of python-multipart's parse errors
-            msg = "the multipart body is malformed"
-            raise NotAZipArchive(msg) from exc
+            _malformed("the multipart body is malformed", exc)
+        # python-multipart's finalize does not check that the body ended (its own TODO)
+        if chunk is None and self.parser.state != MultipartState.END:
+            _malformed("the multipart body is truncated (no closing boundary)")
+
+
+def multipart_boundary(content_type: str) -> bytes:
+    """The boundary of a multipart Content-Type; MalformedRequest (400) when it has none or
+    one RFC 2046 does not allow."""
+    _, params = parse_options_header(content_type)
+    boundary = params.get(b"boundary")
+    if not boundary:
+        msg = "multipart/form-data without a boundary"
+        raise MalformedRequest(msg)
+    if not BOUNDARY.fullmatch(boundary.decode("latin-1")):
+        msg = "the multipart boundary is not 1 to 70 characters RFC 2046 allows"
+        raise MalformedRequest(msg)
+    return boundary
+
+
+def _malformed(detail: str, cause: Exception | None = None) -> NoReturn:
+    """A multipart body framed wrong is bad input: 422, and nothing of it is kept."""
+    raise NotAZipArchive(detail) from cause
 
 
 async def store_upload(

@@ -173,6 +173,12 @@ class UnsupportedMediaType(PermanentError):
     http_status = 415
 
 
+class MalformedRequest(PermanentError):
+    """A request whose framing is broken before its body could be read (HTTP 400): a
+    Content-Length that is not a number, a multipart Content-Type without a valid
+    boundary."""
+
+
 class UploadAborted(PdfQueueError):
     """The client went away mid-upload; the partial upload is removed (nobody reads the
     answer: 499, nginx's "client closed request")."""

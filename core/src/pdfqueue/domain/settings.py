@@ -221,6 +221,26 @@ class Settings(BaseSettings):
     the number of streams) and sends the changes."""
     max_event_streams: int = Field(default=2000, ge=1)
     """Event streams one API process keeps open at once; more get 503."""
+    max_event_streams_per_tenant: int = Field(default=100, ge=1)
+    """Event streams one tenant may hold open in one API process; more get 429 with
+    Retry-After, so one token cannot take the streams of every other tenant. Keep it well
+    under `max_event_streams`."""
+
+    # --- HTTP server limits (before auth: they protect the API from anyone who can reach it) --
+    http_max_head_bytes: int = Field(default=32 * 1024, ge=1024)
+    """Largest request head (request line and headers) the API reads; past it the client
+    gets 431 and the connection is closed, before any body is read."""
+    http_max_url_bytes: int = Field(default=8 * 1024, ge=256)
+    """Longest request target (path and query); longer gets 414."""
+    http_max_headers: int = Field(default=100, ge=16)
+    """Most header fields in one request; more get 431."""
+    http_head_timeout_s: float = Field(default=10.0, gt=0)
+    """Time a request head may take to arrive, from the connection (or the previous
+    response); a slower one gets 408 and the connection is closed (slowloris)."""
+    http_max_connections: int = Field(default=4096, ge=1)
+    """Connections one API process serves at once; requests beyond get 503 (health probes
+    excepted), and connections beyond it plus a small reserve are closed at once. Keep it
+    above `max_event_streams`: each stream holds a connection."""
 
     # --- per-tenant quotas on uploads (429 with Retry-After; 0 turns a quota off) --------------
     quota_uploads_per_minute: int = Field(default=30, ge=0)

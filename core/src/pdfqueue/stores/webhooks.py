@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from pdfqueue.domain.addresses import host_refusal, is_loopback, refusal
 from pdfqueue.domain.errors import UnsafeCallback
 from pdfqueue.domain.models import COUNTERS, BatchSummary
 from pdfqueue.stores.db import Database
@@ -63,6 +64,8 @@ def parse(url: str, *, allow_http_loopback: bool) -> Target:
         raise UnsafeCallback(url, "only https:// URLs are called")
     if parts.username is not None or parts.password is not None:
         raise UnsafeCallback(url, "credentials in the URL are not accepted")
+    if (why := host_refusal(parts.hostname)) is not None:
+        raise UnsafeCallback(url, why)
     path = parts.path or "/"
     if parts.query:
         path += f"?{parts.query}"
@@ -71,15 +74,17 @@ def parse(url: str, *, allow_http_loopback: bool) -> Target:
 
 
 def check_address(address: Address, target: Target) -> None:
-    """Refuse any address but a public one (or loopback, for the development http case)."""
-    mapped = getattr(address, "ipv4_mapped", None)
-    address = mapped or address
+    """Refuse any address but a public one (or loopback, for the development http case);
+    an IPv6 address carrying an IPv4 one is judged by both (pdfqueue.domain.addresses)."""
     if target.scheme == "http":
-        if not address.is_loopback:
+        if not is_loopback(address):
             raise UnsafeCallback(target.url, "plain http is only allowed to a loopback address")
         return
-    if not address.is_global or address.is_multicast:
-        raise UnsafeCallback(target.url, f"it resolves to a non-public address ({address})")
+    if (refused := refusal(address)) is not None:
+        culprit = refused.culprit
+        carrier = f", carried by {address}" if culprit != address else ""
+        why = f"it resolves to a non-public address ({culprit}){carrier}"
+        raise UnsafeCallback(target.url, why)
 
 
 async def resolve(target: Target) -> list[Address]:
