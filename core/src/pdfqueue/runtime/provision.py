@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pdfqueue.domain.errors import StorageError
+from pdfqueue.domain.errors import DependencyMisconfigured, StorageError, StorageRejected
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.db import connect, migrate
 from pdfqueue.stores.storage import Storage
@@ -48,7 +48,7 @@ async def _expire_uploads(storage: Storage, days: int) -> str:
     where = storage.backend.describe()
     try:
         applied = await storage.expire_uploads(days)
-    except StorageError as exc:
+    except (StorageError, StorageRejected, DependencyMisconfigured) as exc:  # no permission
         log.warning("uploads expiry rule not set on %s (%s): uploads/ is never cleaned", where, exc)
         return "failed"
     if not applied:
