@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pdfqueue.domain.errors import DependencyMisconfigured, ObjectNotFound, StorageError
+from pdfqueue.domain.errors import (
+    DependencyMisconfigured,
+    ObjectNotFound,
+    StorageError,
+    StorageRejected,
+)
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import free_port
@@ -83,7 +88,7 @@ async def test_the_native_calls_fail_as_the_boto3_calls(
 async def _outcome(call: Awaitable[bytes]) -> bytes | type[Exception]:
     try:
         return await call
-    except (ObjectNotFound, StorageError) as exc:
+    except (ObjectNotFound, StorageError, StorageRejected) as exc:  # 416: StorageRejected
         return type(exc)
 
 
