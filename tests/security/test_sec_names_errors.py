@@ -7,6 +7,7 @@ import base64
 import json
 import uuid
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
@@ -179,7 +180,7 @@ async def test_a_per_file_write_cannot_fail_on_the_files_own_data(database: Data
         assert names[1] == f"lone{REPLACEMENT}surrogate.pdf"
         assert len(names[2].encode()) <= MAX_MEMBER_NAME_BYTES
         assert names[2].endswith(".pdf")
-        assert "refused" not in names[3]  # the refused file's row holds nothing of its own
+        assert names[3] == "refused.pdf"  # its row: failed, without the value refused
         assert names[4] == "neighbour.pdf"
 
         await database.record_ignored(batch_id, [(5, "n\x00" * 3000 + ".txt", "not_a_pdf")])
@@ -305,3 +306,42 @@ async def test_a_report_filter_postgresql_refuses_answers_422_not_503(
     assert response.status_code == 422, response.text
     assert "SQLSTATE 22021" in response.json()["detail"]
     assert "a\x00b" not in response.text
+
+
+@pytest.mark.timeout(120)
+async def test_a_link_postgresql_refuses_fails_that_file_and_no_other(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    db: asyncpg.Connection,
+    settings: Settings,
+    tmp_path: Path,
+    s3_keys: Callable[[str], list[str]],
+) -> None:
+    """The host application's table refuses one user's link (a CHECK constraint: SQLSTATE
+    23514). That file fails with invalid_data at once, its neighbours in the same job link,
+    and nothing is retried as if PostgreSQL were down."""
+    corpus, _ = await make_corpus(4, seed=63, mix=CLEAN)
+    table = settings.users_table
+    refused = corpus.files[1]
+    user_id = await db.fetchval(f'SELECT id FROM "{table}" WHERE email = $1', refused.email)
+    await db.execute(
+        f'ALTER TABLE "{table}" ADD CONSTRAINT refuses_one'
+        f" CHECK (id <> {int(user_id)} OR pdf_url IS NULL)"
+    )
+    path = tmp_path / "refused.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for i, f in enumerate(corpus.files):
+            zf.writestr(f"{i}.pdf", render_pdf(f, seed=63))
+    batch_id = await upload(api, path)
+    worker = await run_worker()
+
+    assert worker.jobs_retried == 0
+    status = (await api.get(f"/v1/batches/{batch_id}")).json()
+    assert status["status"] == "COMPLETED", status
+    assert (status["processed"], status["linked"], status["failed"]) == (4, 3, 1)
+    report = _files((await api.get(f"/v1/batches/{batch_id}/files")).json())
+    assert (report["1.pdf"]["outcome"], report["1.pdf"]["reason"]) == ("failed", "invalid_data")
+    assert all(report[f"{i}.pdf"]["outcome"] == "linked" for i in (0, 2, 3))
+    assert await db.fetchval(f'SELECT pdf_url FROM "{table}" WHERE id = $1', user_id) is None
+    assert len(s3_keys("pdfs/")) == 3  # the refused file's copy is not left behind

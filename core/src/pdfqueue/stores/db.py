@@ -307,7 +307,7 @@ class Database:
                     with postgres_errors():
                         found += await self._record_many(batch_id, {ref: decision})
                 except DependencyRejected as exc:
-                    found += await self._record_refused(batch_id, ref.index, exc)
+                    found += await self._record_refused(batch_id, ref, exc)
         stored = await self._with_earlier(batch_id, found, [ref.index for ref in rows])
         return {idx: _decision(row) for idx, row in stored.items()}
 
@@ -326,18 +326,23 @@ class Database:
         return found
 
     async def _record_refused(
-        self, batch_id: str, index: int, exc: DependencyRejected
+        self, batch_id: str, ref: FileRef, exc: DependencyRejected
     ) -> list[Any]:
-        """The row of a file PostgreSQL refused: `failed` with the refusal's reason, under a
-        name of pdfqueue's own making (nothing of the file's own is written)."""
+        """The row of a file PostgreSQL refused: `failed` with the refusal's reason, and its
+        name; if even that row is refused, under a name of pdfqueue's own making (then
+        nothing of the file's own is written)."""
         log.warning(
             "file %d refused by the database (%s): recorded failed",
-            index,
+            ref.index,
             exc.reason,
             extra={"batch_id": batch_id},
         )
-        refused = {FileRef(batch_id, index, placeholder_name(index)): failed(exc.reason)}
-        return await self._record_many(batch_id, refused)
+        try:
+            with postgres_errors():
+                return await self._record_many(batch_id, {ref: failed(exc.reason)})
+        except DependencyRejected:
+            bare = FileRef(batch_id, ref.index, placeholder_name(ref.index))
+            return await self._record_many(batch_id, {bare: failed(exc.reason)})
 
     async def _with_earlier(
         self, batch_id: str, found: list[Any], indexes: Sequence[int]
@@ -376,7 +381,7 @@ class Database:
                         with postgres_errors():
                             found += await self._claim_run([one])
                     except DependencyRejected as exc:
-                        found += await self._record_refused(batch_id, one.ref.index, exc)
+                        found += await self._record_refused(batch_id, one.ref, exc)
             rows = await self._with_earlier(batch_id, found, [c.ref.index for c in run])
             for c in run:
                 row = rows[c.ref.index]
