@@ -4,6 +4,7 @@ store answers is reported as an outage it is not (PostgreSQL, Redis, S3, the cur
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import uuid
 import zipfile
@@ -22,6 +23,7 @@ from pdfqueue.domain.errors import (
     InvalidData,
     ObjectNotFound,
     RedisRejected,
+    StorageRejected,
 )
 from pdfqueue.domain.models import Decision, FileRef, Outcome, failed
 from pdfqueue.domain.names import MAX_MEMBER_NAME_BYTES, REPLACEMENT
@@ -345,3 +347,46 @@ async def test_a_link_postgresql_refuses_fails_that_file_and_no_other(
     assert all(report[f"{i}.pdf"]["outcome"] == "linked" for i in (0, 2, 3))
     assert await db.fetchval(f'SELECT pdf_url FROM "{table}" WHERE id = $1', user_id) is None
     assert len(s3_keys("pdfs/")) == 3  # the refused file's copy is not left behind
+
+
+@pytest.mark.timeout(120)
+async def test_a_put_the_object_store_refuses_fails_that_file_and_no_other(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    db: asyncpg.Connection,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The store answers one file's PUT with 413 (as S3 does past its object size): the
+    real store stays underneath and takes every other PUT. That file fails storage_rejected
+    at once, its neighbours in the same job are decided and linked, nothing is retried."""
+    corpus, _ = await make_corpus(4, seed=64, mix=CLEAN)
+    pdfs = [render_pdf(f, seed=64) for f in corpus.files]
+    too_big = hashlib.sha256(pdfs[2]).hexdigest()
+    real_put = Storage.put
+
+    async def put(self: Storage, key: str, data: bytes, *, sha256: str | None = None) -> None:
+        if hashlib.sha256(data).hexdigest() == too_big:
+            raise StorageRejected(413, "EntityTooLarge")
+        await real_put(self, key, data, sha256=sha256)
+
+    monkeypatch.setattr(Storage, "put", put)
+    path = tmp_path / "too-big.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for i, pdf in enumerate(pdfs):
+            zf.writestr(f"{i}.pdf", pdf)
+    batch_id = await upload(api, path)
+    worker = await run_worker()
+
+    assert worker.jobs_retried == 0
+    status = (await api.get(f"/v1/batches/{batch_id}")).json()
+    assert status["status"] == "COMPLETED", status
+    assert (status["processed"], status["linked"], status["failed"]) == (4, 3, 1)
+    report = _files((await api.get(f"/v1/batches/{batch_id}/files")).json())
+    assert (report["2.pdf"]["outcome"], report["2.pdf"]["reason"]) == ("failed", "storage_rejected")
+    assert all(report[f"{i}.pdf"]["outcome"] == "linked" for i in (0, 1, 3))
+    table = settings.users_table
+    email = corpus.files[2].email
+    assert await db.fetchval(f'SELECT pdf_url FROM "{table}" WHERE email = $1', email) is None
