@@ -256,3 +256,15 @@ def test_rejections_are_permanent_per_file_reasons(reason: str) -> None:
     """A retry of the batch's transient failures leaves them alone: no try cures them."""
     assert not is_transient(reason)
     assert reason not in transient_reasons()
+
+
+def test_every_rejection_reason_has_advice() -> None:
+    """What a rejected file's report says to do: each reason a store's refusal gives."""
+    from pdfqueue.domain.advice import ADVICE
+    from pdfqueue.domain.errors import DependencyRejected
+
+    def reasons(cls: type[DependencyRejected]) -> set[str]:
+        return {cls.reason, *(r for sub in cls.__subclasses__() for r in reasons(sub))}
+
+    assert reasons(DependencyRejected) - {"rejected"} <= set(ADVICE)
+    assert "name_too_long" in ADVICE
