@@ -268,3 +268,12 @@ def test_every_rejection_reason_has_advice() -> None:
 
     assert reasons(DependencyRejected) - {"rejected"} <= set(ADVICE)
     assert "name_too_long" in ADVICE
+
+
+def test_an_s3_error_code_is_a_bounded_label() -> None:
+    from pdfqueue.stores.storage.s3errors import error_code
+
+    assert error_code("NoSuchKey", 404) == "NoSuchKey"
+    assert error_code("", 503) == "503"
+    assert error_code("Bad\x00Code<script>", 400) == "400"
+    assert error_code("X" * 200, 400) == "400"

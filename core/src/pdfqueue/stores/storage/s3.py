@@ -20,7 +20,7 @@ from pdfqueue.domain.errors import (
 from pdfqueue.domain.keys import UPLOADS_PREFIX
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.storage.expiry import NO_LIFECYCLE_CODES, with_uploads_rule
-from pdfqueue.stores.storage.s3errors import botocore_error, s3_error
+from pdfqueue.stores.storage.s3errors import botocore_error, error_code, s3_error
 
 if TYPE_CHECKING:
     from pdfqueue.stores.storage import UploadSink
@@ -45,8 +45,8 @@ class S3Location:
 
 def client_error(exc: ClientError, key: str | None, what: str) -> PdfQueueError:
     """boto3's error answer as `s3_error` types it (by HTTP status and S3 error code)."""
-    code = str(exc.response.get("Error", {}).get("Code", "")) or "error"
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    code = error_code(str(exc.response.get("Error", {}).get("Code", "")), status)
     return s3_error(status, code, key, what)
 
 

@@ -61,6 +61,12 @@ ACCESS_CODES = frozenset(
 """Credentials, their permissions or the clock: what an operator fixes, not an outage."""
 
 
+def error_code(raw: str, status: int) -> str:
+    """The S3 error code as a bounded label (it reaches messages, logs and the batch's
+    error): the code when it is one (letters and digits), else the HTTP status."""
+    return raw if raw.isascii() and raw.isalnum() and len(raw) <= 64 else str(status)
+
+
 def is_throttled(status: int, code: str) -> bool:
     return status == 429 or code in THROTTLING_CODES
 

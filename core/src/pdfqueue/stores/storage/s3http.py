@@ -18,14 +18,20 @@ from botocore.utils import percent_encode
 from yarl import URL
 
 from pdfqueue.domain.errors import StorageError
-from pdfqueue.stores.storage.s3errors import botocore_error, is_throttled, is_transient, s3_error
+from pdfqueue.stores.storage.s3errors import (
+    botocore_error,
+    error_code,
+    is_throttled,
+    is_transient,
+    s3_error,
+)
 
 if TYPE_CHECKING:
     from botocore.credentials import ReadOnlyCredentials
 
 # What botocore's "standard" retry mode retries, and how long it waits in between.
 MAX_ATTEMPTS = 3
-_ERROR_CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
+_ERROR_CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
 
 
 def _backoff(attempt: int, *, throttled: bool) -> float:
@@ -243,7 +249,7 @@ class AsyncS3:
             if status < 300:
                 return status, data
             found = _ERROR_CODE.search(data)
-            code = found.group(1).decode(errors="replace") if found else str(status)
+            code = error_code(found.group(1).decode(errors="replace") if found else "", status)
             if attempt < MAX_ATTEMPTS and is_transient(status, code):
                 await asyncio.sleep(_backoff(attempt, throttled=is_throttled(status, code)))
                 continue
