@@ -16,10 +16,10 @@ _ELLIPSIS = "\u2026"
 _TAIL_BYTES = 64
 """Of a cut name, the end kept after the ellipsis (the extension stays visible)."""
 
-# C0 and C1 controls (NUL included, which PostgreSQL's text refuses), lone surrogates (no
-# UTF-8 encodes them), and the bidi embeddings, overrides and isolates (they make a name
-# display as another).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
+# What no PostgreSQL text holds: NUL, and lone surrogates (no UTF-8 encodes them). Other
+# controls and bidi marks are data, kept as the ZIP has them: the JSON report is data, the
+# CSV export defuses them and the page escapes them.
+_UNSAFE = re.compile("[\x00\ud800-\udfff]")
 
 
 def utf8_length(name: str) -> int:
@@ -32,9 +32,9 @@ def too_long(name: str) -> bool:
 
 
 def safe_name(name: str, max_bytes: int = MAX_MEMBER_NAME_BYTES) -> str:
-    """`name` as stored and reported: each control, lone surrogate or bidi control replaced
-    by U+FFFD, and a name over `max_bytes` cut to its start, an ellipsis and its end, so the
-    result is at most `max_bytes` of valid UTF-8 that any PostgreSQL text column takes."""
+    """`name` as stored and reported: each NUL or lone surrogate replaced by U+FFFD, and a
+    name over `max_bytes` cut to its start, an ellipsis and its end, so the result is at
+    most `max_bytes` of valid UTF-8 that any PostgreSQL text column takes."""
     clean = _UNSAFE.sub(REPLACEMENT, name)
     if len(clean.encode()) <= max_bytes:
         return clean
