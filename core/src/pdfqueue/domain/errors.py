@@ -232,9 +232,10 @@ class DatabaseRejected(DependencyRejected):
     state or feature it refuses): a bug or a deployment to fix, not a retry."""
 
     reason = "database_rejected"
+    refused: ClassVar[str] = "the statement"
 
     def __init__(self, sqlstate: str) -> None:
-        super().__init__(f"the database refused the statement (SQLSTATE {sqlstate})")
+        super().__init__(f"the database refused {self.refused} (SQLSTATE {sqlstate})")
         self.sqlstate = sqlstate
 
 
@@ -244,10 +245,7 @@ class InvalidData(DatabaseRejected):
 
     http_status = 422
     reason = "invalid_data"
-
-    def __init__(self, sqlstate: str) -> None:
-        PermanentError.__init__(self, f"the database refused the data (SQLSTATE {sqlstate})")
-        self.sqlstate = sqlstate
+    refused = "the data"
 
 
 class RedisRejected(DependencyRejected):
