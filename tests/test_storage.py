@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pdfqueue.domain.errors import ObjectNotFound, StorageError
+from pdfqueue.domain.errors import (
+    DependencyMisconfigured,
+    ObjectNotFound,
+    StorageError,
+    StorageRejected,
+)
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import free_port
@@ -67,14 +72,14 @@ async def test_the_native_calls_fail_as_the_boto3_calls(
         old = await _outcome(storage.run(backend.read_range, key, start, length))
         new = await _outcome(storage.read_range(key, start, length))
         assert new == old, (key, start, length)
-    # a bucket that does not exist: ObjectNotFound for the key, as S3Backend._call maps it
+    # a bucket that does not exist: a deployment to fix, not a missing object, on both paths
     elsewhere = Storage.from_settings(
         settings.model_copy(update={"storage_url": "s3://no-such-bucket-pdfqueue/x"}), threads=1
     )
     try:
-        with pytest.raises(ObjectNotFound):
+        with pytest.raises(DependencyMisconfigured):
             await elsewhere.put("a.pdf", DATA)
-        with pytest.raises(ObjectNotFound):
+        with pytest.raises(DependencyMisconfigured):
             await elsewhere.run(elsewhere.backend.put, "a.pdf", DATA)
     finally:
         await elsewhere.aclose()
@@ -83,7 +88,7 @@ async def test_the_native_calls_fail_as_the_boto3_calls(
 async def _outcome(call: Awaitable[bytes]) -> bytes | type[Exception]:
     try:
         return await call
-    except (ObjectNotFound, StorageError) as exc:
+    except (ObjectNotFound, StorageError, StorageRejected) as exc:  # 416: StorageRejected
         return type(exc)
 
 

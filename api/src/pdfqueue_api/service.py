@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from redis.asyncio import Redis
@@ -21,6 +21,7 @@ from starlette.requests import ClientDisconnect
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import (
     InvalidCursor,
+    InvalidData,
     ServiceUnavailable,
     UnsafeCallback,
     UploadAborted,
@@ -203,9 +204,12 @@ class BatchService:
     async def batches(self, tenant: str, cursor: str | None, limit: int) -> BatchPage:
         """`tenant`'s batches newest first; running ones show their live counters."""
         before = decode_cursor(cursor) if cursor else None
-        rows = await _guard(
-            "postgresql", self.db.list_batches(tenant, before=before, limit=limit + 1)
-        )
+        try:
+            rows = await _guard(
+                "postgresql", self.db.list_batches(tenant, before=before, limit=limit + 1)
+            )
+        except InvalidData as exc:  # a value the checks above missed: still the cursor's fault
+            raise InvalidCursor from exc
         page = [await _guard("redis", self.lifecycle.live(row)) for row in rows[:limit]]
         more = len(rows) > limit
         return BatchPage(batches=page, next_cursor=encode_cursor(page[-1]) if more else None)
@@ -233,18 +237,32 @@ def encode_cursor(last: BatchSummary) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+MAX_CURSOR_CHARS = 256
+"""Longer than any cursor `encode_cursor` makes (about 110 characters)."""
+
+
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """(created_at, batch id) of a cursor we handed out; InvalidCursor for anything else."""
+    """(created_at, batch id) of a cursor we handed out; InvalidCursor for anything else.
+
+    Each field is checked by range as well as by form, before it reaches a query: the time
+    must be a timezone-aware instant that is still one in UTC (what PostgreSQL is sent), the
+    id a batch id. A cursor failing either would otherwise be refused by the database.
+    """
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise InvalidCursor
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, batch_id = json.loads(raw)
-        if not isinstance(batch_id, str) or len(batch_id) > 128:
+        fields = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(fields, list) or len(fields) != 2:
+            raise InvalidCursor
+        created, batch_id = fields
+        if not isinstance(created, str) or not keys.is_batch_id(batch_id):
             raise InvalidCursor
         when = datetime.fromisoformat(created)
-    except (binascii.Error, ValueError, TypeError) as exc:
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise InvalidCursor
+        when = when.astimezone(UTC)  # OverflowError past year 1 or 9999 in UTC
+    except (binascii.Error, ValueError, TypeError, OverflowError, RecursionError) as exc:
         raise InvalidCursor from exc
-    if when.tzinfo is None:
-        raise InvalidCursor
     return when, batch_id
 
 

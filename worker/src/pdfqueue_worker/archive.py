@@ -10,12 +10,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pdfqueue.domain.errors import ArchiveRejected, FileRejected
+from pdfqueue.domain.names import safe_name, too_long, utf8_length
 from pdfqueue.stores.storage import Backend
 from pdfqueue.stores.zipdir import DirectoryLimits, Entry, walk_directory
 from pdfqueue_worker.payload import LOCAL_HEADER, LOCAL_SIGNATURE, data_start
 
 _SUPPORTED_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
 _NAME_MARGIN = 1024  # local header name + extra field; read again if it is larger
+_DETAIL_NAME_BYTES = 120
 
 
 class MemberRejected(FileRejected):
@@ -94,21 +96,23 @@ def list_members(backend: Backend, key: str, limits: Limits) -> Listing:
 
 
 def _classify(listing: Listing, entry: Entry, limits: Limits) -> None:
-    name = entry.name
+    """File the entry as a PDF, a rejected PDF or an ignored member. Whatever the ZIP names,
+    what is kept is `safe_name`'s rendering: bounded, and text every store takes."""
+    name, shown = entry.name, safe_name(entry.name)
     if entry.is_dir or _is_metadata(name):
         return
     if not name.lower().endswith(".pdf"):
-        listing.ignored.append((entry.index, name, "not_a_pdf"))
+        listing.ignored.append((entry.index, shown, "not_a_pdf"))
         return
     try:
         _check_member(entry, limits)
     except MemberRejected as exc:
-        listing.rejected.append((entry.index, name, exc))
+        listing.rejected.append((entry.index, shown, exc))
         return
     listing.pdfs.append(
         Member(
             entry.index,
-            name,
+            shown,
             entry.offset,
             entry.compressed_size,
             entry.size,
@@ -124,8 +128,14 @@ def _is_metadata(name: str) -> bool:
 
 
 def _check_member(entry: Entry, limits: Limits) -> None:
-    name = entry.name
-    if name.startswith("/") or ".." in name.split("/") or "\\" in name or ":" in name:
+    name = safe_name(entry.name, _DETAIL_NAME_BYTES)  # for the messages: they reach logs
+    if too_long(entry.name):
+        length = utf8_length(entry.name)
+        raise MemberRejected("name_too_long", f"a member name is {length} bytes: {name!r}")
+    if not entry.name_valid:
+        raise MemberRejected("unsafe_name", f"member name {name!r} is not the UTF-8 it claims")
+    raw = entry.name
+    if raw.startswith("/") or ".." in raw.split("/") or "\\" in raw or ":" in raw:
         raise MemberRejected("unsafe_name", f"member name {name!r} is absolute or climbs out")
     if entry.flag_bits & 0x1:
         raise MemberRejected("encrypted_member", f"{name!r} is encrypted inside the ZIP")

@@ -16,7 +16,12 @@ from arq import Retry
 from arq.constants import retry_key_prefix
 
 from pdfqueue.domain import keys
-from pdfqueue.domain.errors import PdfQueueError, PermanentError, transient_reason
+from pdfqueue.domain.errors import (
+    DependencyRejected,
+    PdfQueueError,
+    PermanentError,
+    transient_reason,
+)
 from pdfqueue.domain.models import (
     TERMINAL,
     BatchStatus,
@@ -123,8 +128,13 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
     try:
         async with asyncio.timeout(deps.settings.job_timeout_s):  # see `process`
             if ctx["job_try"] <= deps.settings.max_tries:
-                return await _ingest(deps, batch_id, source)
-            error = f"ingest gave up: {await last_try_error(deps, ctx)}"
+                try:
+                    return await _ingest(deps, batch_id, source)
+                except DependencyRejected as exc:  # no try cures it: the batch fails now
+                    log.error("ingest refused: %r", exc, extra={"batch_id": batch_id})
+                    error = f"ingest failed: {exc.reason}"
+            else:
+                error = f"ingest gave up: {await last_try_error(deps, ctx)}"
             await deps.lifecycle.fail(batch_id, error)
     except Exception as exc:
         raise await retry_later(deps, ctx, exc) from exc
@@ -215,9 +225,14 @@ async def process(
                 return f"{len(todo)} failed: {reason}"
             together = ctx["job_try"] == 1
             deferred: set[FileRef] = set()
-            decided = await _process(
-                deps, batch_id, source, todo, parse_until, together=together, deferred=deferred
-            )
+            try:
+                decided = await _process(
+                    deps, batch_id, source, todo, parse_until, together=together, deferred=deferred
+                )
+            except DependencyRejected:  # a store refused what one of the files carried
+                decided = await _process_apart(
+                    deps, batch_id, source, todo, parse_until, deferred=deferred
+                )
             outcomes = await record_outcomes(deps, batch_id, decided)
             if len(decided) < len(todo):
                 left = len(todo) - len(decided)
@@ -227,9 +242,42 @@ async def process(
                     wait_s = deps.extractor.ocr_wait_s()
                     raise ScansWaiting(f"{left} PDFs wait for an OCR turn", wait_s)
                 raise TimeoutError(f"{left} PDFs were not parsed in time")
+    except DependencyRejected as exc:  # even the safe path was refused: no try would pass
+        log.error("process refused: %r", exc, extra={"batch_id": batch_id})
+        return f"refused: {exc.reason}"
     except Exception as exc:
         raise await retry_later(deps, ctx, exc) from exc
     return ", ".join(f"{n} {o.value}" for o, n in Counter(outcomes).items())
+
+
+async def _process_apart(
+    deps: Deps,
+    batch_id: str,
+    source: str,
+    members: list[Member],
+    parse_until: float,
+    *,
+    deferred: set[FileRef],
+) -> dict[FileRef, Decision]:
+    """`_process` a file at a time, after a store refused what one of them carried: that
+    one fails with the refusal's reason, its neighbours are decided as ever."""
+    decided: dict[FileRef, Decision] = {}
+    for m in members:
+        try:
+            decided.update(
+                await _process(
+                    deps, batch_id, source, [m], parse_until, together=False, deferred=deferred
+                )
+            )
+        except DependencyRejected as exc:
+            log.warning(
+                "file %d refused (%s): recorded failed",
+                m.index,
+                exc.reason,
+                extra={"batch_id": batch_id},
+            )
+            decided[_ref(batch_id, m)] = failed(exc.reason)
+    return decided
 
 
 async def record_outcomes(
@@ -440,9 +488,14 @@ async def _link(
     with stage("claim"):
         decided.update(claimed := await deps.db.claim(claims))
     won = {c.object_key for c in claims if claimed[c.ref].outcome is Outcome.LINKED}
-    lost = {c.object_key for c in claims if claimed[c.ref].reason == "already_linked"} - won
+    lost = {c.object_key for c in claims if _lost(claimed[c.ref])} - won
     await asyncio.gather(*(deps.storage.delete(key) for key in lost))
     return decided
+
+
+def _lost(d: Decision) -> bool:
+    """The claim's copy is nobody's: another file linked the user, or the claim was refused."""
+    return d.reason == "already_linked" or d.outcome is Outcome.FAILED
 
 
 async def _inflated(deps: Deps, member: Member, raw: bytes) -> bytes:

@@ -69,6 +69,28 @@ ADVICE: dict[str, tuple[str, str]] = {
         "The entry's name is unsafe (an absolute path, '..', or control characters).",
         "Rename the file and zip it again.",
     ),
+    "name_too_long": (
+        "The entry's name is longer than pdfqueue keeps (1024 bytes of UTF-8); the report"
+        " shows it cut.",
+        "Give the file a shorter name and zip it again.",
+    ),
+    "invalid_data": (
+        "The database refused what this file carried (a value out of range or not allowed).",
+        "Nothing was linked for it: check the file and its user's row, then upload it again;"
+        " if it persists, tell the administrator.",
+    ),
+    "database_rejected": (
+        "The database refused the statement for this file: retrying will not help.",
+        "Tell the administrator (the worker's log names the SQLSTATE).",
+    ),
+    "storage_rejected": (
+        "The object store refused to store or read this file (for example: too large).",
+        "Nothing was linked for it: tell the administrator (the worker's log says why).",
+    ),
+    "redis_rejected": (
+        "Redis refused a command for this file: retrying will not help.",
+        "Tell the administrator (the worker's log names the reply).",
+    ),
     "parser_crashed": (
         "Reading the PDF crashed or used too much memory.",
         "Save or print it again as PDF, then upload it again.",

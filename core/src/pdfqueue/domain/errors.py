@@ -245,6 +245,77 @@ class StorageError(TransientError):
         return "storage is unavailable; retry later"  # the message names endpoint and key
 
 
+class DependencyRejected(PermanentError):
+    """A store refused one request for what it carried or asked: retrying cannot help. The
+    request that sent it gets `http_status`; a file it was written for fails with `reason`
+    (bounded: a per-file reason and a metric label). Never the driver's message or a value."""
+
+    http_status = 500
+    reason: ClassVar[str] = "rejected"
+
+
+class DatabaseRejected(DependencyRejected):
+    """PostgreSQL refused a statement with an SQLSTATE that is no outage (a syntax error, a
+    state or feature it refuses): a bug or a deployment to fix, not a retry."""
+
+    reason = "database_rejected"
+    refused: ClassVar[str] = "the statement"
+
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__(f"the database refused {self.refused} (SQLSTATE {sqlstate})")
+        self.sqlstate = sqlstate
+
+
+class InvalidData(DatabaseRejected):
+    """PostgreSQL refused the data itself (SQLSTATE class 22 data, 23 integrity, 54 program
+    limits): the request or the file that carried it is at fault (HTTP 422)."""
+
+    http_status = 422
+    reason = "invalid_data"
+    refused = "the data"
+
+
+class RedisRejected(DependencyRejected):
+    """Redis refused a command for what it is (WRONGTYPE, a script's error, bad arguments):
+    a bug or damaged state, which retrying does not cure."""
+
+    reason = "redis_rejected"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"redis refused the command: {detail}")
+
+
+class StorageRejected(DependencyRejected):
+    """The object store refused a request with a 4xx that is neither a missing object nor
+    bad credentials (400 bad request, 411, 413 too large, 416 range...): permanent."""
+
+    reason = "storage_rejected"
+
+    def __init__(self, status: int, code: str) -> None:
+        super().__init__(f"the object store refused the request: HTTP {status} {code}")
+        self.status = status
+        self.code = code
+
+    def public_detail(self) -> str:
+        return "the object store refused the request"  # the message names no key, but be safe
+
+
+class DependencyMisconfigured(ConfigurationError, TransientError):
+    """A store refused pdfqueue's credentials or configuration (S3's 401/403 or a missing
+    bucket, Redis's NOAUTH/NOPERM, PostgreSQL's class 28): an operator's fix, not an outage.
+    Workers retry it like a schema error (the fix may land while a job waits); a process
+    checking it at start refuses to start; the API answers 500 and says what to fix."""
+
+    http_status = 500
+
+    def __init__(self, service: str, detail: str) -> None:
+        super().__init__(f"{service} refused pdfqueue's credentials or configuration: {detail}")
+        self.service = service
+
+    def public_detail(self) -> str:
+        return f"{self.service} refused pdfqueue's credentials: the deployment needs fixing"
+
+
 class ObjectNotFound(PermanentError):
     http_status = 404
 

@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from pdfqueue.domain.errors import DatabaseUnavailable, StorageError
+from pdfqueue.domain.errors import (
+    DatabaseUnavailable,
+    DependencyMisconfigured,
+    StorageError,
+    StorageRejected,
+)
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.schema import SchemaVersion, connect_for_migrations, migrate, read_version
 from pdfqueue.stores.storage import Storage
@@ -72,7 +77,7 @@ async def _expire_uploads(storage: Storage, days: int) -> str:
     where = storage.backend.describe()
     try:
         applied = await storage.expire_uploads(days)
-    except StorageError as exc:
+    except (StorageError, StorageRejected, DependencyMisconfigured) as exc:  # no permission
         log.warning("uploads expiry rule not set on %s (%s): uploads/ is never cleaned", where, exc)
         return "failed"
     if not applied:

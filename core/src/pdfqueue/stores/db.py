@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -9,7 +10,12 @@ from typing import Any
 
 import asyncpg
 
-from pdfqueue.domain.errors import BatchNotFound, BatchNotRetryable, is_transient
+from pdfqueue.domain.errors import (
+    BatchNotFound,
+    BatchNotRetryable,
+    DependencyRejected,
+    is_transient,
+)
 from pdfqueue.domain.models import (
     COUNTERS,
     BatchStatus,
@@ -22,8 +28,12 @@ from pdfqueue.domain.models import (
     Outcome,
     ReasonCount,
     RetryRound,
+    failed,
 )
+from pdfqueue.domain.names import safe_name
 from pdfqueue.stores.drivers import postgres_errors, typed_call, typed_methods
+
+log = logging.getLogger(__name__)
 
 
 def quote_ident(name: str) -> str:
@@ -242,13 +252,26 @@ class Database:
         return {r["idx"]: r["outcome"] for r in rows}
 
     # --- files ----------------------------------------------------------------------------
+    # Every per-file write has a path that cannot fail on the file's own data: names go in as
+    # `safe_name` renders them, and a statement PostgreSQL refuses for what it carries
+    # (`DependencyRejected`) is tried again one file at a time; a file refused on its own is
+    # recorded `failed` with the refusal's reason under a name of pdfqueue's own making.
+
     async def record_ignored(self, batch_id: str, members: Sequence[tuple[int, str, str]]) -> None:
         """Members reported but not counted (not PDFs by name): (index, name, reason)."""
-        await self.pool.executemany(
-            "INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason)"
-            " VALUES ($1, $2, $3, 'ignored', $4) ON CONFLICT DO NOTHING",
-            [(batch_id, i, n, r) for i, n, r in members],
-        )
+        rows = [(batch_id, i, safe_name(n), r) for i, n, r in members]
+        try:
+            with postgres_errors():
+                await self.pool.executemany(_RECORD_IGNORED, rows)
+        except DependencyRejected:
+            for row in rows:
+                try:
+                    with postgres_errors():
+                        await self.pool.execute(_RECORD_IGNORED, *row)
+                except DependencyRejected as exc:
+                    await self.pool.execute(
+                        _RECORD_IGNORED, batch_id, row[1], placeholder_name(row[1]), exc.reason
+                    )
 
     async def record_files(
         self, batch_id: str, rows: Mapping[FileRef, Decision]
@@ -259,19 +282,52 @@ class Database:
         """
         if not rows:
             return {}
-        found = await self.pool.fetch(
+        try:
+            with postgres_errors():
+                found = await self._record_many(batch_id, rows)
+        except DependencyRejected:
+            found = []
+            for ref, decision in rows.items():
+                try:
+                    with postgres_errors():
+                        found += await self._record_many(batch_id, {ref: decision})
+                except DependencyRejected as exc:
+                    found += await self._record_refused(batch_id, ref, exc)
+        stored = await self._with_earlier(batch_id, found, [ref.index for ref in rows])
+        return {idx: _decision(row) for idx, row in stored.items()}
+
+    async def _record_many(self, batch_id: str, rows: Mapping[FileRef, Decision]) -> list[Any]:
+        found: list[Any] = await self.pool.fetch(
             _RECORD_MANY,
             batch_id,
             [ref.index for ref in rows],
-            [ref.name for ref in rows],
+            [safe_name(ref.name) for ref in rows],
             [d.outcome.value for d in rows.values()],
             [d.reason for d in rows.values()],
             [d.user_id for d in rows.values()],
             [d.sha256 for d in rows.values()],
             [d.ocr for d in rows.values()],
         )
-        stored = await self._with_earlier(batch_id, found, [ref.index for ref in rows])
-        return {idx: _decision(row) for idx, row in stored.items()}
+        return found
+
+    async def _record_refused(
+        self, batch_id: str, ref: FileRef, exc: DependencyRejected
+    ) -> list[Any]:
+        """The row of a file PostgreSQL refused: `failed` with the refusal's reason, and its
+        name; if even that row is refused, under a name of pdfqueue's own making (then
+        nothing of the file's own is written)."""
+        log.warning(
+            "file %d refused by the database (%s): recorded failed",
+            ref.index,
+            exc.reason,
+            extra={"batch_id": batch_id},
+        )
+        try:
+            with postgres_errors():
+                return await self._record_many(batch_id, {ref: failed(exc.reason)})
+        except DependencyRejected:
+            bare = FileRef(batch_id, ref.index, placeholder_name(ref.index))
+            return await self._record_many(batch_id, {bare: failed(exc.reason)})
 
     async def _with_earlier(
         self, batch_id: str, found: list[Any], indexes: Sequence[int]
@@ -293,21 +349,24 @@ class Database:
         on its latest committed value: one file links, the others see that link
         (`duplicate` when it is the same content, else `already_linked`). A user claimed
         twice in the run goes in a second statement, decided on the first's link. A retry
-        after a crash finds its own earlier rows and claims nothing.
+        after a crash finds its own earlier rows and claims nothing. A run PostgreSQL
+        refuses for what it carries is claimed again a file at a time; a file refused on its
+        own links nobody and is recorded `failed` (`_record_refused`).
         """
         stored: dict[FileRef, Decision] = {}
         for run in _distinct_users(claims):
             batch_id = run[0].ref.batch_id
-            found = await self.pool.fetch(
-                _CLAIM.format(users=quote_ident(self.users_table), scope=self._batch_scope("$1")),
-                batch_id,
-                [c.ref.index for c in run],
-                [c.ref.name for c in run],
-                [c.user_id for c in run],
-                [c.object_key for c in run],
-                [c.sha256 for c in run],
-                [c.ocr for c in run],
-            )
+            try:
+                with postgres_errors():
+                    found = await self._claim_run(run)
+            except DependencyRejected:
+                found = []
+                for one in run:
+                    try:
+                        with postgres_errors():
+                            found += await self._claim_run([one])
+                    except DependencyRejected as exc:
+                        found += await self._record_refused(batch_id, one.ref, exc)
             rows = await self._with_earlier(batch_id, found, [c.ref.index for c in run])
             for c in run:
                 row = rows[c.ref.index]
@@ -320,6 +379,19 @@ class Database:
                     ocr=c.ocr,
                 )
         return stored
+
+    async def _claim_run(self, run: Sequence[Claim]) -> list[Any]:
+        found: list[Any] = await self.pool.fetch(
+            _CLAIM.format(users=quote_ident(self.users_table), scope=self._batch_scope("$1")),
+            run[0].ref.batch_id,
+            [c.ref.index for c in run],
+            [safe_name(c.ref.name) for c in run],
+            [c.user_id for c in run],
+            [c.object_key for c in run],
+            [c.sha256 for c in run],
+            [c.ocr for c in run],
+        )
+        return found
 
     async def begin_retry(self, batch_id: str, *, all_failed: bool) -> RetryRound:
         """The durable step of a retry round, in one transaction under the batch row's lock:
@@ -448,6 +520,17 @@ async def _mark_retrying(conn: Any, batch_id: str, *, all_failed: bool) -> int:
 def _decision(row: Any) -> Decision:
     """The outcome and reason a file's row holds."""
     return Decision(Outcome(row["outcome"]), row["reason"], stored=True)
+
+
+_RECORD_IGNORED = (
+    "INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason)"
+    " VALUES ($1, $2, $3, 'ignored', $4) ON CONFLICT DO NOTHING"
+)
+
+
+def placeholder_name(index: int) -> str:
+    """The name a file's row gets when PostgreSQL refused the one from its ZIP."""
+    return f"(member {index}: name not stored)"
 
 
 _RECORD_MANY = """

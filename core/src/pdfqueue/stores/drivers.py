@@ -10,9 +10,18 @@ from importlib import resources
 from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
-from redis.exceptions import RedisError
+from redis import exceptions as rx
 
-from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, RedisUnavailable
+from pdfqueue.domain.errors import (
+    DatabaseRejected,
+    DatabaseSchemaError,
+    DatabaseUnavailable,
+    DependencyMisconfigured,
+    InvalidData,
+    PdfQueueError,
+    RedisRejected,
+    RedisUnavailable,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -25,24 +34,137 @@ def lua(name: str) -> str:
     return resources.files("pdfqueue.stores").joinpath(f"lua/{name}.lua").read_text()
 
 
+# SQLSTATEs (PostgreSQL, Appendix A) by what a retry can do about them. Classes are the first
+# two characters; a code listed on its own wins over its class.
+_PG_TRANSIENT_CLASSES = frozenset({"08", "53", "58"})
+"""Connection exceptions, insufficient resources (disk full, out of memory, too many
+connections), system errors (I/O): the server or the path to it, not the statement."""
+_PG_TRANSIENT_CODES = frozenset(
+    {
+        "57P01",  # admin_shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now (starting up, recovering)
+        "57P05",  # idle_session_timeout
+        "57014",  # query_canceled: statement_timeout or a cancel; the load may pass
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "40003",  # statement_completion_unknown
+        "55P03",  # lock_not_available
+        "55006",  # object_in_use
+        "25P03",  # idle_in_transaction_session_timeout
+    }
+)
+_PG_SCHEMA_CODES = frozenset(
+    {
+        "42P01",  # undefined_table
+        "42703",  # undefined_column
+        "42883",  # undefined_function
+        "42704",  # undefined_object
+        "42501",  # insufficient_privilege
+        "3F000",  # invalid_schema_name
+    }
+)
+"""A deployment to fix (the host application's table, a migration, a grant): retried."""
+_PG_MISCONFIGURED = frozenset({"28", "3D"})
+"""Invalid authorization (a wrong password or role), no such database: credentials to fix."""
+_PG_DATA_CLASSES = frozenset({"22", "23", "54"})
+"""Data, integrity, program limits: the value sent is at fault."""
+
+
+def postgres_error(exc: BaseException) -> PdfQueueError:
+    """The pdfqueue error for one of asyncpg's (or the socket's): by SQLSTATE when the server
+    answered one (`classify_sqlstate`), else PostgreSQL is out of reach."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(exc, asyncpg.PostgresError) and isinstance(sqlstate, str) and sqlstate:
+        return classify_sqlstate(sqlstate, type(exc).__name__)
+    if isinstance(exc, asyncpg.ClientConfigurationError):
+        return DependencyMisconfigured("postgresql", type(exc).__name__)
+    return DatabaseUnavailable(type(exc).__name__)
+
+
+def classify_sqlstate(sqlstate: str, name: str = "") -> PdfQueueError:
+    """Transient for an outage (08, 53, 58, 57P0x, 40001/40P01 and the like), a schema error
+    for what a deployment lacks, misconfigured for credentials (28, 3D), `InvalidData` for
+    the data at fault (22, 23, 54) and `DatabaseRejected` for the rest: no retry cures them.
+    Only the SQLSTATE and the exception's class name are kept, never the message (it may
+    quote the value)."""
+    klass = sqlstate[:2]
+    label = f"{name} (SQLSTATE {sqlstate})" if name else f"SQLSTATE {sqlstate}"
+    if sqlstate in _PG_TRANSIENT_CODES or klass in _PG_TRANSIENT_CLASSES:
+        return DatabaseUnavailable(label)
+    if sqlstate in _PG_SCHEMA_CODES:
+        return DatabaseSchemaError(f"schema error: {label}")
+    if klass in _PG_MISCONFIGURED:
+        return DependencyMisconfigured("postgresql", label)
+    if klass in _PG_DATA_CLASSES:
+        return InvalidData(sqlstate)
+    return DatabaseRejected(sqlstate)
+
+
 @contextmanager
 def postgres_errors() -> Iterator[None]:
-    """asyncpg's errors (and the socket's) as DatabaseSchemaError or DatabaseUnavailable."""
+    """asyncpg's errors (and the socket's) as pdfqueue's, classified by `postgres_error`."""
     try:
         yield
-    except asyncpg.SyntaxOrAccessError as exc:  # a missing table or column, or no privilege
-        raise DatabaseSchemaError(f"schema error: {type(exc).__name__}") from exc
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-        raise DatabaseUnavailable(type(exc).__name__) from exc
+        raise postgres_error(exc) from exc
+
+
+_REDIS_TRANSIENT_PREFIXES = frozenset(
+    {"OOM", "LOADING", "BUSY", "MISCONF", "MASTERDOWN", "READONLY", "TRYAGAIN"}
+    | {"CLUSTERDOWN", "NOREPLICAS", "NOSCRIPT", "MOVED", "ASK"}
+)
+"""Replies of a server that is full, loading, busy, failing over or whose script cache was
+flushed: the command itself is fine, and passes later."""
+_REDIS_ACCESS_PREFIXES = frozenset({"NOAUTH", "WRONGPASS", "NOPERM"})
+_REDIS_TRANSIENT = (
+    rx.ConnectionError,  # BusyLoadingError and MaxConnectionsError included
+    rx.TimeoutError,
+    rx.WatchError,  # a key changed under a transaction: a retry decides again
+    rx.InvalidResponse,  # a reply cut or garbled on the way: the connection is dropped
+    OSError,
+    TimeoutError,
+)
+
+
+def redis_error(exc: BaseException) -> PdfQueueError:
+    """The pdfqueue error for one of redis-py's (or the socket's): misconfigured for refused
+    credentials, `RedisUnavailable` for a server down, full, loading or failing over,
+    `RedisRejected` for a command refused for what it is (WRONGTYPE, a script's own error,
+    bad arguments). The detail is the reply's first word or the class name, never the reply."""
+    prefix = _reply_prefix(exc)
+    name = type(exc).__name__
+    detail = f"{name} ({prefix})" if prefix else name
+    if isinstance(exc, (rx.AuthenticationError, rx.AuthorizationError, rx.NoPermissionError)):
+        return DependencyMisconfigured("redis", detail)
+    if isinstance(exc, rx.AuthenticationWrongNumberOfArgsError) or (
+        prefix in _REDIS_ACCESS_PREFIXES
+    ):
+        return DependencyMisconfigured("redis", detail)
+    if isinstance(exc, _REDIS_TRANSIENT) or prefix in _REDIS_TRANSIENT_PREFIXES:
+        return RedisUnavailable(detail)
+    if isinstance(exc, (rx.OutOfMemoryError, rx.ReadOnlyError, rx.NoScriptError)):
+        return RedisUnavailable(detail)
+    if isinstance(exc, (rx.TryAgainError, rx.ClusterDownError, rx.AskError)):
+        return RedisUnavailable(detail)
+    return RedisRejected(detail)
+
+
+def _reply_prefix(exc: BaseException) -> str:
+    """The error reply's code (its first word, as Redis sends it: `WRONGTYPE`, `OOM`), or ''."""
+    if not isinstance(exc, rx.ResponseError) or not exc.args:
+        return ""
+    word = str(exc.args[0]).split(" ", 1)[0]
+    return word if word.isalpha() and word.isupper() and len(word) <= 16 else ""
 
 
 @contextmanager
 def redis_errors() -> Iterator[None]:
-    """redis-py's errors (and the socket's) as RedisUnavailable."""
+    """redis-py's errors (and the socket's) as pdfqueue's, classified by `redis_error`."""
     try:
         yield
-    except (RedisError, OSError, TimeoutError) as exc:
-        raise RedisUnavailable(type(exc).__name__) from exc
+    except (rx.RedisError, OSError, TimeoutError) as exc:
+        raise redis_error(exc) from exc
 
 
 def typed_call(

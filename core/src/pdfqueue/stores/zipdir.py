@@ -80,6 +80,9 @@ class Entry:
     size: int
     offset: int
     """Of its local header in the object (the archive's shift included)."""
+    name_valid: bool = True
+    """False when the name's bytes are not the UTF-8 its flag claims: `name` then holds them
+    with U+FFFD for each bad sequence, and the member (not the archive) is refused."""
 
     @property
     def is_dir(self) -> bool:
@@ -212,19 +215,21 @@ def _entries(reader: _DirectoryReader, shift: int, max_entries: int) -> Iterator
 def _entry(index: int, fields: tuple[int, ...], name: bytes, extra: bytes, shift: int) -> Entry:
     flags, method, crc, compressed, size, offset = (*fields[5:7], *fields[9:12], fields[18])
     size, compressed, offset = _apply_zip64(extra, size, compressed, offset)
-    return Entry(
-        index, _decode_name(name, flags), flags, method, crc, compressed, size, offset + shift
-    )
+    decoded, valid = _decode_name(name, flags)
+    return Entry(index, decoded, flags, method, crc, compressed, size, offset + shift, valid)
 
 
-def _decode_name(raw: bytes, flags: int) -> str:
-    """As `zipfile` does: UTF-8 when flagged, else cp437; cut at the first NUL."""
+def _decode_name(raw: bytes, flags: int) -> tuple[str, bool]:
+    """As `zipfile` does: UTF-8 when flagged, else cp437; cut at the first NUL. A name that
+    is not the UTF-8 it claims is one member's fault, not the archive's: (its bytes with
+    U+FFFD for each bad sequence, False)."""
+    raw = raw.partition(b"\0")[0]
+    if not flags & _UTF8_NAME:
+        return raw.decode("cp437"), True
     try:
-        name = raw.decode("utf-8" if flags & _UTF8_NAME else "cp437")
-    except UnicodeDecodeError as exc:
-        msg = f"a member name is not valid UTF-8: {raw[:80]!r}"
-        raise NotAZipArchive(msg) from exc
-    return name.partition("\0")[0]
+        return raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace"), False
 
 
 def _apply_zip64(extra: bytes, size: int, compressed: int, offset: int) -> tuple[int, int, int]:

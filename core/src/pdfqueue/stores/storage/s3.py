@@ -11,11 +11,16 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from pdfqueue.domain.errors import ObjectNotFound, StorageError
+from pdfqueue.domain.errors import (
+    DependencyMisconfigured,
+    ObjectNotFound,
+    PdfQueueError,
+    StorageError,
+)
 from pdfqueue.domain.keys import UPLOADS_PREFIX
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.storage.expiry import NO_LIFECYCLE_CODES, with_uploads_rule
-from pdfqueue.stores.storage.s3http import NOT_FOUND_CODES
+from pdfqueue.stores.storage.s3errors import botocore_error, error_code, s3_error
 
 if TYPE_CHECKING:
     from pdfqueue.stores.storage import UploadSink
@@ -36,6 +41,13 @@ class S3Location:
             raise ValueError(msg)
         prefix = parsed.path.strip("/")
         return cls(parsed.netloc, f"{prefix}/" if prefix else "")
+
+
+def client_error(exc: ClientError, key: str | None, what: str) -> PdfQueueError:
+    """boto3's error answer as `s3_error` types it (by HTTP status and S3 error code)."""
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    code = error_code(str(exc.response.get("Error", {}).get("Code", "")), status)
+    return s3_error(status, code, key, what)
 
 
 class S3Backend:
@@ -64,12 +76,9 @@ class S3Backend:
         try:
             return fn(Bucket=self.location.bucket, **kwargs)
         except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in NOT_FOUND_CODES and key is not None:
-                raise ObjectNotFound(key) from exc
-            raise StorageError(f"S3 {code or 'error'}: {exc}") from exc
+            raise client_error(exc, key, getattr(fn, "__name__", "request")) from exc
         except BotoCoreError as exc:
-            raise StorageError(f"S3 unreachable: {exc}") from exc
+            raise botocore_error(exc) from exc
 
     def describe(self) -> str:
         return f"s3://{self.location.bucket}/{self.location.prefix}"
@@ -80,7 +89,7 @@ class S3Backend:
     def ensure_bucket(self) -> bool:
         try:
             self.check()
-        except StorageError:
+        except (StorageError, DependencyMisconfigured):  # a missing bucket is the latter
             if not self.create_bucket_allowed:
                 raise
             self._call(self.client.create_bucket)
@@ -98,10 +107,10 @@ class S3Backend:
             if code in NO_LIFECYCLE_CODES:
                 return False
             if code != "NoSuchLifecycleConfiguration":
-                raise StorageError(f"S3 {code or 'error'} reading the lifecycle rules") from exc
+                raise client_error(exc, None, "reading the lifecycle rules") from exc
             rules = []
         except BotoCoreError as exc:
-            raise StorageError(f"S3 unreachable: {exc}") from exc
+            raise botocore_error(exc) from exc
         rules = with_uploads_rule(rules, self.location.prefix + UPLOADS_PREFIX, days)
         self._call(
             self.client.put_bucket_lifecycle_configuration,

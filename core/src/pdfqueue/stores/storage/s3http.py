@@ -17,33 +17,21 @@ from botocore.exceptions import BotoCoreError, NoCredentialsError
 from botocore.utils import percent_encode
 from yarl import URL
 
-from pdfqueue.domain.errors import ObjectNotFound, StorageError
+from pdfqueue.domain.errors import StorageError
+from pdfqueue.stores.storage.s3errors import (
+    botocore_error,
+    error_code,
+    is_throttled,
+    is_transient,
+    s3_error,
+)
 
 if TYPE_CHECKING:
     from botocore.credentials import ReadOnlyCredentials
 
-NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
-
 # What botocore's "standard" retry mode retries, and how long it waits in between.
 MAX_ATTEMPTS = 3
-_TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
-_TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException"})
-_THROTTLING_CODES = frozenset(
-    {
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "BandwidthLimitExceeded",
-        "RequestThrottled",
-        "SlowDown",
-        "PriorRequestNotComplete",
-    }
-)
-_ERROR_CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
-_ERROR_MESSAGE = re.compile(rb"<Message>([^<]{1,512})</Message>")
+_ERROR_CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
 
 
 def _backoff(attempt: int, *, throttled: bool) -> float:
@@ -204,7 +192,7 @@ class AsyncS3:
                     "get_object", Params={"Bucket": self.bucket, "Key": probe}
                 )
             except BotoCoreError as exc:
-                raise StorageError(f"S3 unreachable: {exc}") from exc
+                raise botocore_error(exc) from exc
             self._endpoint = Endpoint.of(url.split("?", 1)[0].removesuffix(probe))
         return self._endpoint
 
@@ -223,7 +211,7 @@ class AsyncS3:
     ) -> dict[str, str]:
         credentials = self.client._get_credentials()  # the client's provider chain
         if credentials is None:
-            raise StorageError(f"S3 unreachable: {NoCredentialsError()}")
+            raise botocore_error(NoCredentialsError())
         digest = sha256 or hashlib.sha256(body).hexdigest()
         frozen = credentials.get_frozen_credentials()
         host = self._resolved().host
@@ -261,15 +249,8 @@ class AsyncS3:
             if status < 300:
                 return status, data
             found = _ERROR_CODE.search(data)
-            code = found.group(1).decode() if found else str(status)
-            throttled = status == 429 or code in _THROTTLING_CODES
-            if attempt < MAX_ATTEMPTS and (
-                throttled or status in _TRANSIENT_STATUS or code in _TRANSIENT_CODES
-            ):
-                await asyncio.sleep(_backoff(attempt, throttled=throttled))
+            code = error_code(found.group(1).decode(errors="replace") if found else "", status)
+            if attempt < MAX_ATTEMPTS and is_transient(status, code):
+                await asyncio.sleep(_backoff(attempt, throttled=is_throttled(status, code)))
                 continue
-            if code in NOT_FOUND_CODES:
-                raise ObjectNotFound(key)
-            message = _ERROR_MESSAGE.search(data)
-            detail = message.group(1).decode(errors="replace") if message else ""
-            raise StorageError(f"S3 {code}: {method} {key}: HTTP {status} {detail}".rstrip())
+            raise s3_error(status, code, key, f"{method} {key}")
