@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -15,10 +16,12 @@ from arq.connections import RedisSettings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from pdfqueue.domain import keys
 from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, RedisUnavailable
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
+from pdfqueue.recovery import reconcile_if_reset, reconcile_running
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.stores import Stores, worker_role
 from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
@@ -28,6 +31,7 @@ from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extractor
 from pdfqueue_worker.notify import MAX_TRIES as WEBHOOK_MAX_TRIES
 from pdfqueue_worker.notify import announce, webhook
+from pdfqueue_worker.recover import recover
 from pdfqueue_worker.rerun import retry
 from pdfqueue_worker.tasks import ingest, process
 
@@ -79,13 +83,44 @@ async def startup(ctx: dict[str, Any]) -> None:
         ticker = dispatch_ticker(dispatcher, settings.dispatch_tick_s, settings.max_jobs)
         ctx["dispatch"] = ticker
         ctx["dispatch"].start()
+    await reconcile_at_start(ctx["deps"])
+    ctx["redis-loss"] = loss_watch(ctx["deps"])
+    ctx["redis-loss"].start()
+
+
+RECONCILE_TIMEOUT_S = 60.0
+LOSS_CHECK_S = 5.0
+"""How often a worker asks whether Redis lost its data (one SET NX)."""
+
+
+async def reconcile_at_start(deps: Deps) -> None:
+    """Rebuild what Redis lost of running batches (a worker starts again after it lost Redis,
+    which may have come back empty). Never fatal: the next start, or the operator, retries."""
+    try:
+        async with asyncio.timeout(RECONCILE_TIMEOUT_S):
+            await deps.redis.set(keys.redis_epoch(), str(int(time.time())), nx=True)
+            await reconcile_running(deps.lifecycle, grace_s=deps.settings.reconcile_grace_s)
+    except Exception as exc:
+        log.warning("reconciling running batches at start failed: %r", exc)
+
+
+def loss_watch(deps: Deps) -> Periodic:
+    """Redis may lose its data under a worker that never noticed (it reconnected at once)."""
+    grace_s = deps.settings.reconcile_grace_s
+    return Periodic(
+        "redis-loss",
+        LOSS_CHECK_S,
+        lambda: reconcile_if_reset(deps.lifecycle, grace_s=grace_s),
+        timeout_s=RECONCILE_TIMEOUT_S,
+    )
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     await heartbeat.stop(ctx.pop("heartbeat", None))
-    ticker: Periodic | None = ctx.pop("dispatch", None)
-    if ticker is not None:
-        await ticker.stop()
+    for name in ("dispatch", "redis-loss"):
+        ticker: Periodic | None = ctx.pop(name, None)
+        if ticker is not None:
+            await ticker.stop()
     gauges: QueueGauges | None = ctx.get("gauges")
     if gauges is not None:
         await gauges.stop()
@@ -128,6 +163,12 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
             func(
                 retry,
                 name="retry",
+                timeout=settings.arq_timeout_s,
+                max_tries=settings.max_tries + SPARE_TRIES,
+            ),
+            func(
+                recover,
+                name="recover",
                 timeout=settings.arq_timeout_s,
                 max_tries=settings.max_tries + SPARE_TRIES,
             ),
