@@ -26,6 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from pdfqueue.cli.admin import register as register_admin
 from pdfqueue.cli.client import ApiError, Client, NotAZip, check_zip
 from pdfqueue.domain.advice import advice
 from pdfqueue.domain.csvsafe import csv_line
@@ -171,6 +172,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="follow progress until the batch ends")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=cmd_retry)
+
+    register_admin(sub)
 
     plugins = entry_points(group="pdfqueue.commands")
     if only in plugins.names:
