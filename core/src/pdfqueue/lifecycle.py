@@ -317,9 +317,9 @@ class Lifecycle:
         return written
 
     # --- rebuilding from PostgreSQL (pdfqueue.recovery decides when) -----------------------
-    async def live_present(self, batch_ids: Sequence[str]) -> set[str]:
-        """Those of `batch_ids` that have live state in Redis."""
-        return await self.state.present(batch_ids) if batch_ids else set()
+    async def live_brief(self, batch_ids: Sequence[str]) -> dict[str, tuple[BatchStatus, int]]:
+        """Each batch's live status and processed count, for those with live state."""
+        return await self.state.brief(batch_ids) if batch_ids else {}
 
     async def rebuild(
         self, batch_id: str, *, state: bool, stale: bool, work: bool, token: int

@@ -131,28 +131,28 @@ class Report:
 
 
 async def survey(lifecycle: Lifecycle, batch_ids: list[str]) -> dict[str, Health]:
-    """Each batch's health: Redis read first, then PostgreSQL's rows (see the module)."""
+    """Each batch's health: Redis read first, then PostgreSQL's rows (see the module), in
+    three Redis round trips (one scan of the queue) and one query, however many batches."""
     if not batch_ids:
         return {}
     pending = await pending_of(lifecycle.redis, lifecycle.queue_name, batch_ids)
     queued = await queued_by_batch(lifecycle.redis, lifecycle.queue_name)
-    present = await lifecycle.live_present(batch_ids)
+    live = await lifecycle.live_brief(batch_ids)
+    rows = await lifecycle.db.activity(running=False, batch_ids=batch_ids)  # after Redis
     found: dict[str, Health] = {}
-    for batch_id in batch_ids:
-        live = await lifecycle.read(batch_id) if batch_id in present else None
-        row = await lifecycle.db.batch(batch_id)  # after Redis: counts from the file rows
-        if row is None:
-            continue
-        found[batch_id] = Health(
-            batch_id=batch_id,
-            tenant=row.tenant,
-            status=row.summary.status,
-            live_status=live.summary.status if live else None,
-            live_processed=live.summary.processed if live else None,
-            queued=queued.get(batch_id, 0),
-            pending=pending[batch_id],
-            total_files=row.summary.total_files,
-            processed=row.summary.processed,
+    for a in rows:
+        s = a.row.summary
+        status, processed = live.get(s.batch_id, (None, None))
+        found[s.batch_id] = Health(
+            batch_id=s.batch_id,
+            tenant=a.row.tenant,
+            status=s.status,
+            live_status=status,
+            live_processed=processed,
+            queued=queued.get(s.batch_id, 0),
+            pending=pending[s.batch_id],
+            total_files=s.total_files,
+            processed=a.recorded,
         )
     return found
 

@@ -205,13 +205,18 @@ class Database:
         running: bool = True,
         limit: int | None = None,
         queue_name: str | None = None,
+        batch_ids: Sequence[str] | None = None,
     ) -> list[BatchActivity]:
         """Batches of every tenant (or of `tenant`), newest first, each with its files that
         have an outcome and when one was last recorded; only those still running (PENDING,
         PROCESSING) unless not `running`, only those of `queue_name` (or of none recorded)
-        when given. For operators (`pdfqueue admin`, the reconciler)."""
+        when given, only `batch_ids` when given. For operators (`pdfqueue admin`, the
+        reconciler)."""
         where: list[str] = []
         args: list[Any] = []
+        if batch_ids is not None:
+            args.append(list(batch_ids))
+            where.append(f"id = ANY(${len(args)}::text[])")
         if queue_name is not None:
             args.append(queue_name)
             where.append(f"(queue_name = ${len(args)} OR queue_name IS NULL)")

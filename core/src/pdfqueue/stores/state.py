@@ -125,13 +125,18 @@ class BatchState:
                 return False
         return True
 
-    async def present(self, batch_ids: Sequence[str]) -> set[str]:
-        """Those of `batch_ids` that have live state, in one round trip."""
+    async def brief(self, batch_ids: Sequence[str]) -> dict[str, tuple[BatchStatus, int]]:
+        """Each batch's live status and processed count, for those with live state, in one
+        round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for batch_id in batch_ids:
-                pipe.exists(keys.batch(batch_id))
+                pipe.hmget(keys.batch(batch_id), ["status", "processed"])
             found = await pipe.execute()
-        return {b for b, n in zip(batch_ids, found, strict=True) if n}
+        return {
+            b: (BatchStatus(_text(status)), int(processed or 0))
+            for b, (status, processed) in zip(batch_ids, found, strict=True)
+            if status
+        }
 
     async def start(self, batch_id: str, total_files: int, ignored: int) -> BatchStatus | None:
         status = await self.redis.eval(  # type: ignore[misc]
