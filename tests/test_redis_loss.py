@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import Claim, FileRef, Outcome
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.recovery import reconcile_batch, reconcile_running
+from pdfqueue.recovery import reconcile_batch, reconcile_if_reset, reconcile_running
 from pdfqueue.stores.db import Database, connect
 from pdfqueue.stores.queue import queued_with_prefix, remove
 from tests.support import faults
@@ -203,3 +203,23 @@ async def test_jobs_lost_any_other_way_are_queued_again(run_factory: Any) -> Non
         # the recovered jobs went in under ingest's ids: their results are there
         for job_id in ids:
             assert await lifecycle.redis.exists(f"arq:result:{job_id}")
+
+
+async def test_a_worker_that_never_restarted_notices_redis_lost_its_data(run_factory: Any) -> None:
+    """Redis came back empty under a worker that reconnected at once (its start hook never
+    ran again): the epoch key is gone, and the first check to see it rebuilds."""
+    from tests.test_faults import ingest_only
+
+    run: Run = await run_factory(20, seed=930)
+    await ingest_only(run)
+    async with stores(run) as lifecycle:
+        await lifecycle.redis.set(keys.redis_epoch(), "1")
+        assert await reconcile_if_reset(lifecycle, grace_s=0) is None  # Redis kept its data
+        await lifecycle.redis.flushall()
+        report = await reconcile_if_reset(lifecycle, grace_s=0)
+        assert report is not None
+        assert [r.what for r in report.rebuilt] == [("state", "jobs")]
+        assert await reconcile_if_reset(lifecycle, grace_s=0) is None  # once per loss
+    run.start_worker()
+    await run.wait_until("completed", done, timeout_s=150)
+    await check_invariants(run)

@@ -11,7 +11,9 @@ Each transition writes the live state in Redis first (`state`: its Lua scripts c
 file once and flip the batch on its last one), then the durable row in PostgreSQL, then the
 batch metric. A process that dies in between leaves Redis ahead: `settle`, run by whatever
 touches the batch next, writes the terminal status PostgreSQL missed. Live state that expired
-mid-batch is rebuilt from PostgreSQL (`restore`). Every completion this process writes runs
+mid-batch, or that Redis lost, is rebuilt from PostgreSQL (`restore`); a running batch whose
+state or queued work Redis lost gets both back (`rebuild`, which `pdfqueue.recovery` runs
+when it finds one). Every completion this process writes runs
 `on_completed` (the worker's queues the completion webhook).
 """
 

@@ -27,6 +27,7 @@ links a user whose `pdf_url` is still NULL.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -192,6 +193,20 @@ async def reconcile_running(
             len(report.failed),
         )
     return report
+
+
+async def reconcile_at_start(
+    lifecycle: Lifecycle, *, grace_s: float = GRACE_S, timeout_s: float = 60.0
+) -> Report | None:
+    """A process's start (worker, operator): mark Redis's epoch, then reconcile. Never raises
+    (None on failure, logged): the next start, or the periodic check, tries again."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await lifecycle.redis.set(keys.redis_epoch(), str(int(time.time())), nx=True)
+            return await reconcile_running(lifecycle, grace_s=grace_s)
+    except Exception as exc:
+        log.warning("reconciling running batches at start failed: %r", exc)
+        return None
 
 
 async def reconcile_if_reset(lifecycle: Lifecycle, *, grace_s: float = GRACE_S) -> Report | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -16,12 +15,11 @@ from arq.connections import RedisSettings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from pdfqueue.domain import keys
 from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, RedisUnavailable
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
-from pdfqueue.recovery import reconcile_if_reset, reconcile_running
+from pdfqueue.recovery import reconcile_at_start, reconcile_if_reset
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.stores import Stores, worker_role
 from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
@@ -83,7 +81,8 @@ async def startup(ctx: dict[str, Any]) -> None:
         ticker = dispatch_ticker(dispatcher, settings.dispatch_tick_s, settings.max_jobs)
         ctx["dispatch"] = ticker
         ctx["dispatch"].start()
-    await reconcile_at_start(ctx["deps"])
+    # a worker starts again after it lost Redis, which may have come back empty
+    await reconcile_at_start(ctx["deps"].lifecycle, grace_s=settings.reconcile_grace_s)
     ctx["redis-loss"] = loss_watch(ctx["deps"])
     ctx["redis-loss"].start()
 
@@ -91,17 +90,6 @@ async def startup(ctx: dict[str, Any]) -> None:
 RECONCILE_TIMEOUT_S = 60.0
 LOSS_CHECK_S = 5.0
 """How often a worker asks whether Redis lost its data (one SET NX)."""
-
-
-async def reconcile_at_start(deps: Deps) -> None:
-    """Rebuild what Redis lost of running batches (a worker starts again after it lost Redis,
-    which may have come back empty). Never fatal: the next start, or the operator, retries."""
-    try:
-        async with asyncio.timeout(RECONCILE_TIMEOUT_S):
-            await deps.redis.set(keys.redis_epoch(), str(int(time.time())), nx=True)
-            await reconcile_running(deps.lifecycle, grace_s=deps.settings.reconcile_grace_s)
-    except Exception as exc:
-        log.warning("reconciling running batches at start failed: %r", exc)
 
 
 def loss_watch(deps: Deps) -> Periodic:
