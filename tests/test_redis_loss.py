@@ -36,8 +36,8 @@ from tests.support.helpers import ACME, ACME_TOKEN
 fault_services = faults.fault_services  # the fixtures, by name
 run_factory = faults.run_factory
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
-SLOW = {"PDFQUEUE_WORKER_MAX_JOBS": "2", "PDFQUEUE_RECONCILE_GRACE_S": "1"}
-"""Slow enough that Redis is lost mid-batch; young batches are checked too."""
+SLOW = {"PDFQUEUE_WORKER_MAX_JOBS": "2"}
+"""Slow enough that Redis is lost mid-batch."""
 
 
 def done(s: dict[str, object]) -> bool:
@@ -213,13 +213,13 @@ async def test_a_worker_that_never_restarted_notices_redis_lost_its_data(run_fac
     run: Run = await run_factory(20, seed=930)
     await ingest_only(run)
     async with stores(run) as lifecycle:
-        await lifecycle.redis.set(keys.redis_epoch(), "1")
-        assert await reconcile_if_reset(lifecycle, grace_s=0) is None  # Redis kept its data
+        await lifecycle.redis.set(keys.redis_epoch(lifecycle.queue_name), "1")
+        assert await reconcile_if_reset(lifecycle) is None  # Redis kept its data
         await lifecycle.redis.flushall()
-        report = await reconcile_if_reset(lifecycle, grace_s=0)
+        report = await reconcile_if_reset(lifecycle)
         assert report is not None
         assert [r.what for r in report.rebuilt] == [("state", "jobs")]
-        assert await reconcile_if_reset(lifecycle, grace_s=0) is None  # once per loss
+        assert await reconcile_if_reset(lifecycle) is None  # once per loss
     run.start_worker()
     await run.wait_until("completed", done, timeout_s=150)
     await check_invariants(run)

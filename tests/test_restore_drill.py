@@ -37,7 +37,7 @@ async def test_dump_mid_batch_restored_into_an_empty_database_completes_exactly(
     run_factory: Any, fault_services: Services, tmp_path: Path
 ) -> None:
     run: Run = await run_factory(80, seed=940)
-    run.env |= {"PDFQUEUE_WORKER_MAX_JOBS": "2", "PDFQUEUE_RECONCILE_GRACE_S": "1"}
+    run.env |= {"PDFQUEUE_WORKER_MAX_JOBS": "2"}
     run.start_worker()
     await run.wait_until("started", lambda s: int(s.get("processed") or 0) >= 5, timeout_s=90)
 

@@ -18,7 +18,8 @@ seen in one or the other):
 
 A batch merely slow, or with jobs in flight, has work in the queue, and is left alone. A batch
 younger than the grace period is skipped by `reconcile_running` (its row may be written and
-its Redis state not yet: `register` writes PostgreSQL first); `reconcile_batch` (the admin's
+its Redis state not yet: `register` writes PostgreSQL first), unless Redis is known to have
+lost its data: its epoch key (`keys.redis_epoch`) was gone. `reconcile_batch` (the admin's
 `requeue`) does not wait. A rebuild takes the batch's lock, checks again, and acts: running it
 twice, or while healthy work goes on, changes nothing. Counts stay exact because Redis counts
 each outcome once and is rebuilt from the rows; nothing is linked twice because the claim only
@@ -41,8 +42,9 @@ from pdfqueue.stores.fair import pending_of
 from pdfqueue.stores.queue import queued_by_batch
 
 log = logging.getLogger(__name__)
-GRACE_S = 30.0
-"""A batch created less than this long ago is not checked by `reconcile_running`."""
+GRACE_S = 10.0
+"""A batch created less than this long ago is not checked by `reconcile_running` unless
+Redis is known to have lost its data: `register` writes its row before its Redis state."""
 LOCK_MS = 60_000
 """How long a rebuild's lock holds at most (a rebuild takes milliseconds; a dead holder's
 lock frees itself)."""
@@ -202,21 +204,30 @@ async def reconcile_at_start(
     (None on failure, logged): the next start, or the periodic check, tries again."""
     try:
         async with asyncio.timeout(timeout_s):
-            await lifecycle.redis.set(keys.redis_epoch(), str(int(time.time())), nx=True)
+            if await _new_epoch(lifecycle):
+                grace_s = 0  # Redis lost its data (or is new): young batches lost theirs too
             return await reconcile_running(lifecycle, grace_s=grace_s)
     except Exception as exc:
         log.warning("reconciling running batches at start failed: %r", exc)
         return None
 
 
-async def reconcile_if_reset(lifecycle: Lifecycle, *, grace_s: float = GRACE_S) -> Report | None:
+async def reconcile_if_reset(lifecycle: Lifecycle) -> Report | None:
     """Reconcile when Redis lost its data since this was last called anywhere (its epoch key
     is gone): one command while Redis keeps its data, so every worker can ask every few
-    seconds; the first to find the key missing writes it again and reconciles."""
-    if not await lifecycle.redis.set(keys.redis_epoch(), str(int(time.time())), nx=True):
+    seconds; the first to find the key missing writes it again and reconciles every running
+    batch, the youngest too (whatever Redis held of them is gone)."""
+    if not await _new_epoch(lifecycle):
         return None
     log.warning("Redis lost its data (its epoch key was gone): rebuilding running batches")
-    return await reconcile_running(lifecycle, grace_s=grace_s)
+    return await reconcile_running(lifecycle, grace_s=0)
+
+
+async def _new_epoch(lifecycle: Lifecycle) -> bool:
+    """Write the queue's epoch key if it is missing; True when it was (Redis lost its data,
+    or is new)."""
+    key = keys.redis_epoch(lifecycle.queue_name)
+    return bool(await lifecycle.redis.set(key, str(int(time.time())), nx=True))
 
 
 async def reconcile_batch(lifecycle: Lifecycle, batch_id: str) -> Rebuilt | None:

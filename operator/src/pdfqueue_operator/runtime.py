@@ -55,7 +55,7 @@ class Operator:
         hpas: kopf.Index[Key, str],
     ) -> Operator:
         stores = await Stores.open(settings, OPERATOR)
-        await reconcile_at_start(stores.lifecycle, grace_s=settings.reconcile_grace_s)
+        await reconcile_at_start(stores.lifecycle)
         client = kube.Kube(await kube.connect(settings.kubeconfig))
         reconciler = BatchReconciler(
             settings,

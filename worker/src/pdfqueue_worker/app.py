@@ -19,7 +19,7 @@ from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, Red
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
-from pdfqueue.recovery import reconcile_at_start, reconcile_if_reset
+from pdfqueue.recovery import reconcile_at_start, reconcile_if_reset, reconcile_running
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.stores import Stores, worker_role
 from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
@@ -82,7 +82,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         ctx["dispatch"] = ticker
         ctx["dispatch"].start()
     # a worker starts again after it lost Redis, which may have come back empty
-    await reconcile_at_start(ctx["deps"].lifecycle, grace_s=settings.reconcile_grace_s)
+    await reconcile_at_start(ctx["deps"].lifecycle)
     ctx["redis-loss"] = loss_watch(ctx["deps"])
     ctx["redis-loss"].start()
 
@@ -92,15 +92,25 @@ LOSS_CHECK_S = 5.0
 """How often a worker asks whether Redis lost its data (one SET NX)."""
 
 
+FOLLOW_UP_CHECKS = 12
+"""Full reconciliations after a start or a detected loss, one per LOSS_CHECK_S: a job of the
+lost Redis still running somewhere can hide a batch's missing work from the first one."""
+
+
 def loss_watch(deps: Deps) -> Periodic:
-    """Redis may lose its data under a worker that never noticed (it reconnected at once)."""
-    grace_s = deps.settings.reconcile_grace_s
-    return Periodic(
-        "redis-loss",
-        LOSS_CHECK_S,
-        lambda: reconcile_if_reset(deps.lifecycle, grace_s=grace_s),
-        timeout_s=RECONCILE_TIMEOUT_S,
-    )
+    """Redis may lose its data under a worker that never noticed (it reconnected at once):
+    one SET NX every few seconds, and a full reconciliation on the ticks after a loss."""
+    follow_ups = FOLLOW_UP_CHECKS
+
+    async def step() -> None:
+        nonlocal follow_ups
+        if await reconcile_if_reset(deps.lifecycle) is not None:
+            follow_ups = FOLLOW_UP_CHECKS
+        elif follow_ups > 0:
+            follow_ups -= 1
+            await reconcile_running(deps.lifecycle)
+
+    return Periodic("redis-loss", LOSS_CHECK_S, step, timeout_s=RECONCILE_TIMEOUT_S)
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:

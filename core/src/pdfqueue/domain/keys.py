@@ -86,10 +86,11 @@ def recovering(batch_id: str) -> str:
     return f"{PREFIX}:recovering:{checked(batch_id)}"
 
 
-def redis_epoch() -> str:
-    """A key written once and never expiring: when it is gone, Redis lost its data (a new
-    empty volume, a failover without the last writes) and running batches are rebuilt."""
-    return f"{PREFIX}:epoch"
+def redis_epoch(queue_name: str) -> str:
+    """A key written once per queue and never expiring: when it is gone, Redis lost its data
+    (a new empty volume, a failover without the last writes) and the queue's running batches
+    are rebuilt."""
+    return f"{PREFIX}:epoch:{queue_name}"
 
 
 BATCH_WORK_JOBS = ("ingest", "process", "retry", "recover")

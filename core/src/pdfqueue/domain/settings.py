@@ -370,10 +370,6 @@ class Settings(BaseSettings):
     """How often each worker runs the dispatcher besides when jobs finish (recovers the
     slots of jobs whose worker died)."""
 
-    reconcile_grace_s: float = Field(default=10.0, ge=0)
-    """A batch younger than this is left out when running batches are checked against Redis
-    (`pdfqueue.recovery`, at worker start): its row is written before its Redis state."""
-
     # --- observability ------------------------------------------------------------------------
     metrics_port: int = 9100
     """Port of this process's own `/metrics` (worker, operator); 0 turns it off. The API

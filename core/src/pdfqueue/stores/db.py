@@ -26,6 +26,8 @@ from pdfqueue.domain.models import (
 )
 from pdfqueue.stores.drivers import postgres_errors, typed_call, typed_methods
 
+LEGACY_QUEUE = "pdfqueue:queue"
+"""The default queue: batches created before rows recorded their queue (0008) count as its."""
 MIGRATIONS_LOCK = 0x70646671  # "pdfq": serializes concurrent `pdfqueue migrate` runs
 
 
@@ -209,9 +211,9 @@ class Database:
     ) -> list[BatchActivity]:
         """Batches of every tenant (or of `tenant`), newest first, each with its files that
         have an outcome and when one was last recorded; only those still running (PENDING,
-        PROCESSING) unless not `running`, only those of `queue_name` (or of none recorded)
-        when given, only `batch_ids` when given. For operators (`pdfqueue admin`, the
-        reconciler)."""
+        PROCESSING) unless not `running`, only those of `queue_name` when given (with
+        those of no recorded queue for LEGACY_QUEUE), only `batch_ids` when given. For
+        operators (`pdfqueue admin`, the reconciler)."""
         where: list[str] = []
         args: list[Any] = []
         if batch_ids is not None:
@@ -219,7 +221,8 @@ class Database:
             where.append(f"id = ANY(${len(args)}::text[])")
         if queue_name is not None:
             args.append(queue_name)
-            where.append(f"(queue_name = ${len(args)} OR queue_name IS NULL)")
+            legacy = " OR queue_name IS NULL" if queue_name == LEGACY_QUEUE else ""
+            where.append(f"(queue_name = ${len(args)}{legacy})")
         if running:  # the predicate of index pdfqueue_batches_active (0002), word for word
             where.append("status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')")
         if tenant is not None:

@@ -125,15 +125,24 @@ async def queued_with_prefix(
 async def queued_by_batch(redis: Redis, queue_name: str, count: int = 1000) -> dict[str, int]:
     """How many jobs of each batch's work (`keys.BATCH_WORK_JOBS`) are in the queue: ready,
     deferred (a retry's backoff) or running, as arq keeps a job in its sorted set until the
-    job ends. One ZSCAN of the whole queue, however many batches there are."""
+    job ends. One ZSCAN of the whole queue, however many batches there are.
+
+    Only a member with its job key counts: arq drops one without (a worker that outlived a
+    Redis that came back empty re-adds its job's id when the try fails, not the job)."""
     found: dict[str, int] = {}
     cursor = 0
     while True:
         cursor, members = await redis.zscan(queue_name, cursor, count=count)
-        for member, _ in members:
-            job_id = member.decode(errors="replace") if isinstance(member, bytes) else member
-            if (batch_id := keys.batch_of_job(job_id)) is not None:
-                found[batch_id] = found.get(batch_id, 0) + 1
+        ids = [m.decode(errors="replace") if isinstance(m, bytes) else m for m, _ in members]
+        work = [(j, b) for j in ids if (b := keys.batch_of_job(j)) is not None]
+        if work:
+            async with redis.pipeline(transaction=False) as pipe:
+                for job_id, _ in work:
+                    pipe.exists(job_key_prefix + job_id)
+                there = await pipe.execute()
+            for (_, batch_id), exists in zip(work, there, strict=True):
+                if exists:
+                    found[batch_id] = found.get(batch_id, 0) + 1
         if not cursor:
             return found
 
