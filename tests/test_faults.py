@@ -11,15 +11,21 @@ import asyncio
 import os
 import random
 import signal
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
 from pdfqueue.domain.errors import is_transient
 from pdfqueue_dev.samples import Expect
-from tests.support.faults import Run, Services, check_invariants, outage, prepare
+from tests.support import faults
+from tests.support.faults import (
+    Run,
+    Services,
+    check_invariants,
+    outage,
+)
 
+fault_services = faults.fault_services  # the fixtures, by name
+run_factory = faults.run_factory
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 RUNS = int(os.environ.get("PDFQUEUE_FAULT_RUNS", "3"))
 
@@ -30,43 +36,6 @@ def done(s: dict[str, object]) -> bool:
 
 def started(s: dict[str, object]) -> bool:
     return int(s.get("processed") or 0) >= 3 or done(s)
-
-
-@pytest.fixture(scope="module")
-def fault_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
-    svc = Services.allocate(tmp_path_factory.mktemp("fault-services"))
-    svc.run("start")
-    # `start` accepts anything already answering on a port; these must be ours to stop.
-    assert (svc.state / "redis.pid").exists(), f"another Redis holds port {svc.ports}"
-    assert (svc.state / "versitygw.pid").exists(), f"another S3 server holds port {svc.ports}"
-    yield svc
-    svc.run("destroy")
-
-
-@pytest.fixture
-async def run_factory(
-    fault_services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[object]:
-    from pdfqueue.stores.db import connect
-    from pdfqueue.stores.schema import migrate
-
-    env = fault_services.env()
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
-        monkeypatch.setenv(name, env[name])  # boto3 in this process reads them from here
-    pool = await connect(env["PDFQUEUE_DATABASE_URL"], max_size=1)
-    async with pool.acquire() as conn:
-        await migrate(conn)
-    await pool.close()
-    runs: list[Run] = []
-
-    async def make(n: int, seed: int) -> Run:
-        run = await prepare(env, n, seed, tmp_path)
-        runs.append(run)
-        return run
-
-    yield make
-    for run in runs:
-        run.stop_all()
 
 
 @pytest.mark.parametrize("attempt", range(RUNS))

@@ -20,7 +20,8 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.runtime.stores import API, Stores
-from pdfqueue.stores.db import Database, connect, migrate
+from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.schema import migrate
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.faults import Services
 

@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
 from pdfqueue.domain.models import COUNTERS
 from pdfqueue.domain.settings import Settings
@@ -76,6 +77,7 @@ class Run:
     batch_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     workers: list[Child] = field(default_factory=list)
     logs: Path = field(default_factory=Path)
+    zip_path: Path = field(default_factory=Path)
 
     @property
     def settings(self) -> Settings:
@@ -131,8 +133,57 @@ class Run:
             await conn.close()
 
 
-async def prepare(env: dict[str, str], n: int, seed: int, logs: Path) -> Run:
-    """Seed users, store the ZIP and register the batch, as the API would."""
+@pytest.fixture(scope="module")
+def fault_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    """The module's private services (a test module imports this fixture by name)."""
+    svc = Services.allocate(tmp_path_factory.mktemp("fault-services"))
+    svc.run("start")
+    # `start` accepts anything already answering on a port; these must be ours to stop.
+    assert (svc.state / "redis.pid").exists(), f"another Redis holds port {svc.ports}"
+    assert (svc.state / "versitygw.pid").exists(), f"another S3 server holds port {svc.ports}"
+    yield svc
+    svc.run("destroy")
+
+
+@pytest.fixture
+async def run_factory(
+    fault_services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Callable[..., Awaitable[Run]]]:
+    """`make(n, seed, **prepare's options)`: a prepared Run on the private services."""
+    from pdfqueue.stores.schema import migrate
+
+    env = fault_services.env()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(name, env[name])  # boto3 in this process reads them from here
+    pool = await connect(env["PDFQUEUE_DATABASE_URL"], max_size=1)
+    async with pool.acquire() as conn:
+        await migrate(conn)
+    await pool.close()
+    runs: list[Run] = []
+
+    async def make(n: int, seed: int, **options: Any) -> Run:
+        run = await prepare(env, n, seed, tmp_path, **options)
+        runs.append(run)
+        return run
+
+    yield make
+    for run in runs:
+        run.stop_all()
+
+
+async def prepare(
+    env: dict[str, str],
+    n: int,
+    seed: int,
+    logs: Path,
+    *,
+    register: bool = True,
+    tenant: str = "faults",
+    pdfbatch_uid: str | None = None,
+) -> Run:
+    """Seed users, store the ZIP and register the batch, as the API would (with
+    `pdfbatch_uid`: as the operator does for a PdfBatch, its ZIP under the operator's folder;
+    not `register`: only the ZIP written, for an upload through the API)."""
     tag = uuid.uuid4().hex[:10]
     env = {
         **env,
@@ -142,14 +193,21 @@ async def prepare(env: dict[str, str], n: int, seed: int, logs: Path) -> Run:
         "PDFQUEUE_STORAGE_URL": f"s3://pdfqueue/f-{tag}",
     }
     run = Run(env, build_corpus(n, seed=seed, mix=Mix()), logs=logs)
+    if pdfbatch_uid is not None:
+        run.batch_id = pdfbatch_uid.replace("-", "")  # the operator's `PdfBatchObject.own_id`
     settings = run.settings
-    zip_path = write_zip(run.corpus, logs / f"{tag}.zip", seed=seed)
+    zip_path = run.zip_path = write_zip(run.corpus, logs / f"{tag}.zip", seed=seed)
     conn = await asyncpg.connect(settings.database_url)
     await seed_users(conn, run.corpus.users, table=settings.users_table)
     await conn.close()
+    if not register:
+        return run
+    source = f"uploads/{run.batch_id}.zip"
+    if pdfbatch_uid is not None:
+        source = f"{settings.operator_source_prefix}{tenant}/{tag}.zip"
     storage = Storage.from_settings(settings, threads=2)
     await storage.ensure_bucket()
-    await storage.put(f"uploads/{run.batch_id}.zip", zip_path.read_bytes())
+    await storage.put(source, zip_path.read_bytes())
     await storage.aclose()
     pool = await connect(settings.database_url, max_size=2)
     from redis.asyncio import Redis
@@ -157,8 +215,9 @@ async def prepare(env: dict[str, str], n: int, seed: int, logs: Path) -> Run:
     redis = Redis.from_url(settings.redis_url)
     await Lifecycle.of(Database(pool, settings.users_table), redis, settings).register(
         batch_id=run.batch_id,
-        tenant="faults",
-        source_key=f"uploads/{run.batch_id}.zip",
+        tenant=tenant,
+        source_key=source,
+        pdfbatch_uid=pdfbatch_uid,
     )
     await redis.aclose()
     await pool.close()
@@ -228,3 +287,27 @@ async def outage(services: Services, service: str, seconds: float) -> None:
         await asyncio.sleep(seconds)
     finally:
         await asyncio.to_thread(services.run, "start", "--only", service)
+
+
+async def lose_redis(services: Services) -> None:
+    """Redis dies without saving (SIGKILL) and comes back empty: its AOF and RDB deleted, as
+    on a new volume or after a failover that lost the last writes."""
+    import shutil
+    import signal
+
+    pid = int((services.state / "redis.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    await wait_until_async(lambda: None if _alive(pid) else True, "redis to die", 10)
+    data = services.state / "redis"
+    for path in data.iterdir():  # appendonlydir/ (AOF), dump.rdb
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    await asyncio.to_thread(services.run, "start", "--only", "redis")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return status.exists() and status.read_text().split()[2] != "Z"

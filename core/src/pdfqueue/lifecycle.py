@@ -11,7 +11,9 @@ Each transition writes the live state in Redis first (`state`: its Lua scripts c
 file once and flip the batch on its last one), then the durable row in PostgreSQL, then the
 batch metric. A process that dies in between leaves Redis ahead: `settle`, run by whatever
 touches the batch next, writes the terminal status PostgreSQL missed. Live state that expired
-mid-batch is rebuilt from PostgreSQL (`restore`). Every completion this process writes runs
+mid-batch, or that Redis lost, is rebuilt from PostgreSQL (`restore`); a running batch whose
+state or queued work Redis lost gets both back (`rebuild`, which `pdfqueue.recovery` runs
+when it finds one). Every completion this process writes runs
 `on_completed` (the worker's queues the completion webhook).
 """
 
@@ -39,7 +41,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.stores.db import Database
 from pdfqueue.stores.fair import drop_pending
-from pdfqueue.stores.queue import Job, enqueue, queued_with_prefix, remove
+from pdfqueue.stores.queue import Job, enqueue, forget_results, queued_with_prefix, remove
 from pdfqueue.stores.state import BatchState, Recorded
 
 log = logging.getLogger(__name__)
@@ -116,7 +118,12 @@ class Lifecycle:
         BatchConflict: live state only ever carries the tenant PostgreSQL holds.
         """
         row = await self.db.create_batch(
-            batch_id, tenant, source_key, pdfbatch_uid=pdfbatch_uid, file_name=file_name
+            batch_id,
+            tenant,
+            source_key,
+            pdfbatch_uid=pdfbatch_uid,
+            file_name=file_name,
+            queue_name=self.queue_name,
         )
         if (row.tenant, row.source_key, row.pdfbatch_uid) != (tenant, source_key, pdfbatch_uid):
             raise BatchConflict(batch_id)
@@ -294,12 +301,14 @@ class Lifecycle:
         if live is not None and live.summary.status in TERMINAL:
             await self.db.finish_batch(batch_id, live.summary.status, live.summary.error)
 
-    async def restore(self, batch_id: str) -> None:
-        """Live state expired mid-batch (it outlived its TTL): rebuild it from the durable
-        rows."""
+    async def restore(self, batch_id: str, *, stale: bool = False) -> bool:
+        """Rebuild missing live state from the durable rows (it outlived its TTL, or Redis
+        lost it); returns whether it was written. Live state found there is left alone
+        (another restore wrote it first), unless `stale`: the caller saw no work of the batch
+        in Redis (so nobody records meanwhile) and live counts behind PostgreSQL's."""
         row = await self.db.batch(batch_id)
         if row is None:
-            return
+            return False
         summary = row.summary
         outcomes = await self.db.outcomes(batch_id)
         if (
@@ -308,5 +317,82 @@ class Lifecycle:
             and len(outcomes) >= summary.total_files
         ):
             summary = summary.model_copy(update={"status": BatchStatus.COMPLETED})
-        log.warning("restoring expired live state", extra={"batch_id": batch_id})
-        await self.state.restore(summary, row.tenant, outcomes)
+        if stale:
+            await self.state.delete(batch_id)
+        written = await self.state.restore(summary, row.tenant, outcomes)
+        if written:
+            log.warning("restored missing live state", extra={"batch_id": batch_id})
+        return written
+
+    # --- rebuilding from PostgreSQL (pdfqueue.recovery decides when) -----------------------
+    async def live_brief(self, batch_ids: Sequence[str]) -> dict[str, tuple[BatchStatus, int]]:
+        """Each batch's live status and processed count, for those with live state."""
+        return await self.state.brief(batch_ids) if batch_ids else {}
+
+    async def rebuild(
+        self, batch_id: str, *, state: bool, stale: bool, work: bool, token: int
+    ) -> Rebuilt:
+        """PostgreSQL says the batch runs but Redis lost some of it: put back its live state
+        (`state`: missing; `stale`: behind PostgreSQL's counts while no work is queued) and
+        its work (`work`: none queued while files lack an outcome), from the durable rows.
+
+        The work goes back as one job: `ingest` for a batch never listed; else `recover`
+        (the worker lists the ZIP again and queues, under their usual ids, the jobs of the
+        files without an outcome). `token` names the recover job; the caller holds the
+        batch's rebuild lock, so two rebuilds never queue two. A batch every file of which
+        has an outcome completes here instead, and one Redis says has ended is settled.
+        """
+        row = await self.db.batch(batch_id)
+        if row is None or row.summary.status in TERMINAL:
+            return Rebuilt(batch_id, row.tenant if row else "", ())
+        what: list[str] = []
+        if (state or stale) and await self.restore(batch_id, stale=stale):
+            what.append("state")
+        live = await self.state.read(batch_id)
+        if live is not None and live.summary.status in TERMINAL:
+            if live.summary.status is BatchStatus.COMPLETED:
+                await self._completed(batch_id, first=bool(what))
+            else:
+                await self.settle(batch_id)
+            work = False
+        if work:
+            if row.summary.total_files is None:
+                job = Job(
+                    keys.ingest_job(batch_id),
+                    "ingest",
+                    {"batch_id": batch_id, "source": row.source_key},
+                )
+                what.append("ingest")
+            else:
+                job = Job(
+                    keys.recover_job(batch_id, token),
+                    "recover",
+                    {"batch_id": batch_id, "source": row.source_key},
+                )
+                what.append("jobs")
+            await forget_results(self.redis, [job.job_id])  # an ended ingest's, lost work
+            await enqueue(self.redis, self.queue_name, [job])
+        summary = live.summary if live else row.summary
+        for each in what:
+            metrics.batch_rebuilt(each)
+        if what:
+            log.warning(
+                "batch rebuilt from PostgreSQL (%s): tenant %s, %s of %s files recorded",
+                "+".join(what),
+                row.tenant,
+                summary.processed,
+                "?" if summary.total_files is None else summary.total_files,
+                extra={"batch_id": batch_id},
+            )
+        return Rebuilt(batch_id, row.tenant, tuple(what), summary)
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """What `Lifecycle.rebuild` put back for one batch (`what`: some of
+    metrics.REBUILT), and the batch as it stands afterwards."""
+
+    batch_id: str
+    tenant: str
+    what: tuple[str, ...]
+    summary: BatchSummary | None = None

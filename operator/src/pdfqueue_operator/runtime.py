@@ -15,6 +15,7 @@ import kopf
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
+from pdfqueue.recovery import reconcile_at_start
 from pdfqueue.runtime.stores import OPERATOR, Stores
 from pdfqueue_operator import kube
 from pdfqueue_operator.autoscaler import Autoscaler, Key, WorkerDeployment
@@ -54,6 +55,7 @@ class Operator:
         hpas: kopf.Index[Key, str],
     ) -> Operator:
         stores = await Stores.open(settings, OPERATOR)
+        await reconcile_at_start(stores.lifecycle)
         client = kube.Kube(await kube.connect(settings.kubeconfig))
         reconciler = BatchReconciler(
             settings,

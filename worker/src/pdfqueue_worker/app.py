@@ -19,6 +19,7 @@ from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, Red
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
+from pdfqueue.recovery import reconcile_at_start, reconcile_if_reset, reconcile_running
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.runtime.stores import Stores, worker_role
@@ -29,6 +30,7 @@ from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extractor
 from pdfqueue_worker.notify import MAX_TRIES as WEBHOOK_MAX_TRIES
 from pdfqueue_worker.notify import announce, webhook
+from pdfqueue_worker.recover import recover
 from pdfqueue_worker.rerun import retry
 from pdfqueue_worker.tasks import ingest, process
 
@@ -82,13 +84,44 @@ async def startup(ctx: dict[str, Any]) -> None:
         ticker = dispatch_ticker(dispatcher, settings.dispatch_tick_s, settings.max_jobs)
         ctx["dispatch"] = ticker
         ctx["dispatch"].start()
+    # a worker starts again after it lost Redis, which may have come back empty
+    await reconcile_at_start(ctx["deps"].lifecycle)
+    ctx["redis-loss"] = loss_watch(ctx["deps"])
+    ctx["redis-loss"].start()
+
+
+RECONCILE_TIMEOUT_S = 60.0
+LOSS_CHECK_S = 5.0
+"""How often a worker asks whether Redis lost its data (one SET NX)."""
+
+
+FOLLOW_UP_CHECKS = 12
+"""Full reconciliations after a start or a detected loss, one per LOSS_CHECK_S: a job of the
+lost Redis still running somewhere can hide a batch's missing work from the first one."""
+
+
+def loss_watch(deps: Deps) -> Periodic:
+    """Redis may lose its data under a worker that never noticed (it reconnected at once):
+    one SET NX every few seconds, and a full reconciliation on the ticks after a loss."""
+    follow_ups = FOLLOW_UP_CHECKS
+
+    async def step() -> None:
+        nonlocal follow_ups
+        if await reconcile_if_reset(deps.lifecycle) is not None:
+            follow_ups = FOLLOW_UP_CHECKS
+        elif follow_ups > 0:
+            follow_ups -= 1
+            await reconcile_running(deps.lifecycle)
+
+    return Periodic("redis-loss", LOSS_CHECK_S, step, timeout_s=RECONCILE_TIMEOUT_S)
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     await heartbeat.stop(ctx.pop("heartbeat", None))
-    ticker: Periodic | None = ctx.pop("dispatch", None)
-    if ticker is not None:
-        await ticker.stop()
+    for name in ("dispatch", "redis-loss"):
+        ticker: Periodic | None = ctx.pop(name, None)
+        if ticker is not None:
+            await ticker.stop()
     gauges: QueueGauges | None = ctx.get("gauges")
     if gauges is not None:
         await gauges.stop()
@@ -134,6 +167,12 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
             func(
                 retry,
                 name="retry",
+                timeout=settings.arq_timeout_s,
+                max_tries=settings.max_tries + SPARE_TRIES,
+            ),
+            func(
+                recover,
+                name="recover",
                 timeout=settings.arq_timeout_s,
                 max_tries=settings.max_tries + SPARE_TRIES,
             ),

@@ -27,6 +27,7 @@ from rich.progress import (
 from rich.table import Table
 
 from pdfqueue.cli import data
+from pdfqueue.cli.admin import register as register_admin
 from pdfqueue.cli.client import ApiError, Client, NotAZip, check_zip
 from pdfqueue.domain.advice import advice
 from pdfqueue.domain.csvsafe import csv_line
@@ -175,6 +176,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_retry)
 
     data.add_commands(sub, _client_args)
+    register_admin(sub)
 
     plugins = entry_points(group="pdfqueue.commands")
     if only in plugins.names:

@@ -75,6 +75,36 @@ def retry_job(batch_id: str, round_: int) -> str:
     return f"retry:{checked(batch_id)}:{int(round_)}"
 
 
+def recover_job(batch_id: str, token: int) -> str:
+    """The job that re-submits a batch's work lost from Redis (one per rebuild, see
+    `pdfqueue.recovery`): it lists the ZIP again and queues the files without an outcome."""
+    return f"recover:{checked(batch_id)}:{int(token)}"
+
+
+def recovering(batch_id: str) -> str:
+    """A short lock: one reconciler at a time rebuilds a batch (its value is the holder's token)."""
+    return f"{PREFIX}:recovering:{checked(batch_id)}"
+
+
+def redis_epoch(queue_name: str) -> str:
+    """A key written once per queue and never expiring: when it is gone, Redis lost its data
+    (a new empty volume, a failover without the last writes) and the queue's running batches
+    are rebuilt."""
+    return f"{PREFIX}:epoch:{queue_name}"
+
+
+BATCH_WORK_JOBS = ("ingest", "process", "retry", "recover")
+"""The jobs that move a batch forward (a webhook does not): while one of them is queued or
+running, the batch's work is in Redis."""
+
+
+def batch_of_job(job_id: str) -> str | None:
+    """The batch a job of BATCH_WORK_JOBS works for (None for any other job)."""
+    function, _, rest = job_id.partition(":")
+    batch_id = rest.split(":", 1)[0]
+    return batch_id if function in BATCH_WORK_JOBS and is_batch_id(batch_id) else None
+
+
 def process_job_prefix(batch_id: str) -> str:
     """What every `process` job id of the batch starts with (compared as text, never a glob)."""
     return f"process:{checked(batch_id)}:"

@@ -91,6 +91,15 @@ DATA_REMOVED = _Counter(
     ["action", "what"],
 )
 REMOVAL_ACTIONS = ("purge", "erase_batch", "erase_person")
+REBUILT = ("state", "jobs", "ingest")
+"""What a rebuild re-created from PostgreSQL (`pdfqueue.recovery`): the live state, the lost
+process jobs (from the ZIP's directory), or the ingest of a batch never listed."""
+BATCHES_REBUILT = _Counter(
+    "pdfqueue_batches_rebuilt",
+    "Running batches whose live state or queued work was missing from Redis and was rebuilt"
+    " from PostgreSQL (what: state, jobs, ingest).",
+    ["what"],
+)
 
 # --- API -------------------------------------------------------------------------------------
 HTTP_DURATION = _Histogram(
@@ -169,7 +178,7 @@ OPERATOR_SCALING_DECISIONS = _Counter(
     ["direction"],
 )
 
-_COMMON: tuple[Collector, ...] = (BATCHES, DATA_REMOVED)
+_COMMON: tuple[Collector, ...] = (BATCHES, BATCHES_REBUILT, DATA_REMOVED)
 _GROUPS: dict[str, tuple[Collector, ...]] = {
     # Only where a pdfqueue.runtime.gauges.QueueGauges task runs: a heartbeat nobody stamps would
     # read as a stuck process.
@@ -207,6 +216,8 @@ def _initialize() -> None:
     """Create the series of known label values at 0, so rates and alerts see them at once."""
     for status in BatchStatus:
         BATCHES.labels(status.value)
+    for what in REBUILT:
+        BATCHES_REBUILT.labels(what)
     for stage in STAGES:
         STAGE_DURATION.labels(stage)
     for function in JOB_FUNCTIONS:
@@ -257,6 +268,11 @@ def serve(port: int, addr: str = "0.0.0.0") -> bool:  # noqa: S104 (scraped from
 
 def batch_entered(status: BatchStatus) -> None:
     BATCHES.labels(status.value).inc()
+
+
+def batch_rebuilt(what: str) -> None:
+    """A running batch got back what Redis had lost (one of REBUILT)."""
+    BATCHES_REBUILT.labels(what).inc()
 
 
 def document_counted(outcome: Outcome, reason: str | None) -> None:

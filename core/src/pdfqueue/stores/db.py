@@ -34,6 +34,8 @@ from pdfqueue.domain.names import safe_name
 from pdfqueue.stores.drivers import postgres_errors, typed_call, typed_methods
 
 log = logging.getLogger(__name__)
+LEGACY_QUEUE = "pdfqueue:queue"
+"""The default queue: batches created before rows recorded their queue (0008) count as its."""
 
 
 def quote_ident(name: str) -> str:
@@ -113,12 +115,13 @@ class Database:
         *,
         pdfbatch_uid: str | None = None,
         file_name: str | None = None,
+        queue_name: str | None = None,
     ) -> BatchRow:
         """Insert the batch, or return the existing row unchanged (whoever it belongs to)."""
         row = await self.pool.fetchrow(
             "INSERT INTO pdfqueue_batches"
-            " (id, tenant, source_key, status, pdfbatch_uid, file_name)"
-            " VALUES ($1, $2, $3, $4, $5, $6)"
+            " (id, tenant, source_key, status, pdfbatch_uid, file_name, queue_name)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7)"
             " ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id RETURNING *",
             batch_id,
             tenant,
@@ -126,6 +129,7 @@ class Database:
             BatchStatus.PENDING.value,
             pdfbatch_uid,
             file_name,
+            queue_name,
         )
         return _batch_row(row)
 
@@ -186,6 +190,40 @@ class Database:
         """Ids of up to `limit` PROCESSING batches, read through the index of unfinished ones."""
         rows = await self.pool.fetch(_PROCESSING_BATCHES, limit)
         return [r["id"] for r in rows]
+
+    async def activity(
+        self,
+        *,
+        tenant: str | None = None,
+        running: bool = True,
+        limit: int | None = None,
+        queue_name: str | None = None,
+        batch_ids: Sequence[str] | None = None,
+    ) -> list[BatchActivity]:
+        """Batches of every tenant (or of `tenant`), newest first, each with its files that
+        have an outcome and when one was last recorded; only those still running (PENDING,
+        PROCESSING) unless not `running`, only those of `queue_name` when given (with
+        those of no recorded queue for LEGACY_QUEUE), only `batch_ids` when given. For
+        operators (`pdfqueue admin`, the reconciler)."""
+        where: list[str] = []
+        args: list[Any] = []
+        if batch_ids is not None:
+            args.append(list(batch_ids))
+            where.append(f"id = ANY(${len(args)}::text[])")
+        if queue_name is not None:
+            args.append(queue_name)
+            legacy = " OR queue_name IS NULL" if queue_name == LEGACY_QUEUE else ""
+            where.append(f"(queue_name = ${len(args)}{legacy})")
+        if running:  # the predicate of index pdfqueue_batches_active (0002), word for word
+            where.append("status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')")
+        if tenant is not None:
+            args.append(tenant)
+            where.append(f"tenant = ${len(args)}")
+        args.append(limit)
+        rows = await self.pool.fetch(
+            _ACTIVITY.format(where=" AND ".join(where) or "true", limit=f"${len(args)}"), *args
+        )
+        return [BatchActivity(_batch_row(r), r["recorded"], r["last_recorded_at"]) for r in rows]
 
     async def delete_batch(self, batch_id: str) -> None:
         await self.pool.execute("DELETE FROM pdfqueue_batches WHERE id = $1", batch_id)
@@ -492,6 +530,35 @@ class BatchRow:
     tenant: str
     source_key: str
     pdfbatch_uid: str | None
+
+
+@dataclass(frozen=True)
+class BatchActivity:
+    """A batch as PostgreSQL sees it now: its row, how many of its files have an outcome
+    (those of a retry round's files that are `retrying` do not), and when a file's row was
+    last written (None before the first)."""
+
+    row: BatchRow
+    recorded: int
+    last_recorded_at: datetime | None
+
+    @property
+    def unrecorded(self) -> int | None:
+        """Files still without an outcome; None while the ZIP has not been listed."""
+        total = self.row.summary.total_files
+        return None if total is None else max(total - self.recorded, 0)
+
+
+_ACTIVITY = """
+SELECT b.*, COALESCE(f.recorded, 0) AS recorded, f.last_recorded_at
+FROM pdfqueue_batches b
+LEFT JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE outcome NOT IN ('ignored', 'retrying')) AS recorded,
+        max(recorded_at) AS last_recorded_at
+    FROM pdfqueue_files WHERE batch_id = b.id
+) f ON true
+WHERE {where} ORDER BY b.created_at DESC, b.id DESC LIMIT {limit}
+"""
 
 
 def _batch_row(row: Any) -> BatchRow:

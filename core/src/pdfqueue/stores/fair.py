@@ -156,6 +156,19 @@ async def pending_jobs(redis: Redis, queue_name: str) -> int:
 
 
 @typed_call(redis_errors)
+async def pending_of(redis: Redis, queue_name: str, batch_ids: Sequence[str]) -> dict[str, int]:
+    """Each batch's jobs registered and not yet released (0 for none), in one round trip."""
+    if not batch_ids:
+        return {}
+    prefix = keys.fair_prefix(queue_name)
+    async with redis.pipeline(transaction=False) as pipe:
+        for batch_id in batch_ids:
+            pipe.llen(f"{prefix}b:{keys.checked(batch_id)}:pending")
+        lengths = await pipe.execute()
+    return {b: int(n) for b, n in zip(batch_ids, lengths, strict=True)}
+
+
+@typed_call(redis_errors)
 async def drop_pending(redis: Redis, queue_name: str, batch_id: str) -> int:
     """Forget the batch's pending work (cancellation); returns how many jobs were dropped."""
     prefix = keys.fair_prefix(queue_name)

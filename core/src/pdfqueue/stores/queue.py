@@ -13,6 +13,7 @@ from arq.constants import job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
 from redis.asyncio import Redis
 
+from pdfqueue.domain import keys
 from pdfqueue.observability.tracing import producer_span
 from pdfqueue.stores.drivers import lua, redis_errors, typed_call
 
@@ -118,6 +119,42 @@ async def queued_with_prefix(
         cursor = raw_cursor.decode() if isinstance(raw_cursor, bytes) else str(raw_cursor)
         if cursor == "0":
             return found
+
+
+@typed_call(redis_errors)
+async def queued_by_batch(redis: Redis, queue_name: str, count: int = 1000) -> dict[str, int]:
+    """How many jobs of each batch's work (`keys.BATCH_WORK_JOBS`) are in the queue: ready,
+    deferred (a retry's backoff) or running, as arq keeps a job in its sorted set until the
+    job ends. One ZSCAN of the whole queue, however many batches there are.
+
+    Only a member with its job key counts: arq drops one without (a worker that outlived a
+    Redis that came back empty re-adds its job's id when the try fails, not the job)."""
+    found: dict[str, int] = {}
+    cursor = 0
+    while True:
+        cursor, members = await redis.zscan(queue_name, cursor, count=count)
+        ids = [m.decode(errors="replace") if isinstance(m, bytes) else m for m, _ in members]
+        work = [(j, b) for j in ids if (b := keys.batch_of_job(j)) is not None]
+        if work:
+            async with redis.pipeline(transaction=False) as pipe:
+                for job_id, _ in work:
+                    pipe.exists(job_key_prefix + job_id)
+                there = await pipe.execute()
+            for (_, batch_id), exists in zip(work, there, strict=True):
+                if exists:
+                    found[batch_id] = found.get(batch_id, 0) + 1
+        if not cursor:
+            return found
+
+
+@typed_call(redis_errors)
+async def forget_results(redis: Redis, job_ids: Sequence[str]) -> int:
+    """Drop the results arq keeps of ended jobs, so the same ids can be queued again (a job
+    whose work was lost: its run re-checks which of its files still lack an outcome)."""
+    if not job_ids:
+        return 0
+    removed: int = await redis.delete(*(result_key_prefix + j for j in job_ids))
+    return removed
 
 
 async def check_durability(redis: Redis) -> list[str]:

@@ -9,6 +9,7 @@ from enum import IntEnum
 from typing import cast
 
 from redis.asyncio import Redis
+from redis.exceptions import WatchError
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import (
@@ -87,8 +88,11 @@ class BatchState:
         """Forget the live state (an upload that never became a batch)."""
         await self.redis.delete(keys.batch(batch_id), keys.outcomes(batch_id))
 
-    async def restore(self, summary: BatchSummary, tenant: str, outcomes: dict[int, str]) -> None:
-        """Rebuild expired live state from the durable record (a batch that outlived its TTL)."""
+    async def restore(self, summary: BatchSummary, tenant: str, outcomes: dict[int, str]) -> bool:
+        """Rebuild missing live state from the durable record (it expired, or Redis lost it),
+        unless live state is there by now (returns False). Never over live state: a file
+        recorded meanwhile counts in it already, and would be lost from an older read."""
+        key, done = keys.batch(summary.batch_id), keys.outcomes(summary.batch_id)
         fields: dict[str, str | int] = {
             "status": summary.status.value,
             "tenant": tenant,
@@ -105,16 +109,34 @@ class BatchState:
         if summary.status in TERMINAL:
             fields["completed_at"] = (summary.completed_at or utcnow()).isoformat()
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(keys.batch(summary.batch_id), keys.outcomes(summary.batch_id))
-            pipe.hset(keys.batch(summary.batch_id), mapping=fields)
+            await pipe.watch(key)
+            if await pipe.exists(key):
+                return False
+            pipe.multi()  # type: ignore[no-untyped-call]
+            pipe.delete(done)  # outcomes are only written beside the batch hash: stale ones
+            pipe.hset(key, mapping=fields)
             if outcomes:
-                pipe.hset(
-                    keys.outcomes(summary.batch_id),
-                    mapping={str(i): o for i, o in outcomes.items()},
-                )
-            pipe.expire(keys.batch(summary.batch_id), self.ttl_s)
-            pipe.expire(keys.outcomes(summary.batch_id), self.ttl_s)
-            await pipe.execute()
+                pipe.hset(done, mapping={str(i): o for i, o in outcomes.items()})
+            pipe.expire(key, self.ttl_s)
+            pipe.expire(done, self.ttl_s)
+            try:
+                await pipe.execute()
+            except WatchError:  # written meanwhile, by another restore or `create`
+                return False
+        return True
+
+    async def brief(self, batch_ids: Sequence[str]) -> dict[str, tuple[BatchStatus, int]]:
+        """Each batch's live status and processed count, for those with live state, in one
+        round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for batch_id in batch_ids:
+                pipe.hmget(keys.batch(batch_id), ["status", "processed"])
+            found = await pipe.execute()
+        return {
+            b: (BatchStatus(_text(status)), int(processed or 0))
+            for b, (status, processed) in zip(batch_ids, found, strict=True)
+            if status
+        }
 
     async def start(self, batch_id: str, total_files: int, ignored: int) -> BatchStatus | None:
         status = await self.redis.eval(  # type: ignore[misc]
