@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import (
+    BatchNotRetryable,
     InvalidCursor,
     ServiceUnavailable,
     UnsafeCallback,
@@ -163,10 +164,15 @@ class BatchService:
 
         A round is the batch running again: it holds a concurrent-batch slot from before it
         starts until it ends, as an upload does, and counts against retries_per_hour (429
-        with Retry-After past either)."""
+        with Retry-After past either); a refused one (409) counts for neither."""
         await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
-        async with _holding(await self.quotas.admit_retry(tenant, batch_id)):
-            await _guard("queue", self.lifecycle.requeue(batch_id, all_failed=all_failed))
+        async with _holding(await self.quotas.admit_retry(tenant, batch_id)) as admission:
+            try:
+                await _guard("queue", self.lifecycle.requeue(batch_id, all_failed=all_failed))
+            except BatchNotRetryable:  # no round started: not a retry the rate counts
+                with contextlib.suppress(ServiceUnavailable):
+                    await admission.withdrawn()
+                raise
         log.info("batch retry started", extra={"batch_id": batch_id})
         return await self.get(tenant, batch_id)
 
