@@ -28,6 +28,9 @@ from pdfqueue_worker.notify import MAX_TRIES, webhook
 
 log = logging.getLogger(__name__)
 MAX_RECONNECT_DELAY_S = 30.0
+MIN_POLL_DELAY_S = 0.25
+"""Deliveries are off the PDFs' throughput path: a quarter second to pick one up is plenty,
+and keeps an idle worker's polls of the delivery queue to four a second."""
 
 
 def build_delivery_worker(settings: Settings, deps: Deps) -> Worker:
@@ -44,7 +47,7 @@ def build_delivery_worker(settings: Settings, deps: Deps) -> Worker:
         queue_name=keys.delivery_queue(settings.queue_name),
         redis_settings=replace(RedisSettings.from_dsn(settings.redis_url), conn_retries=120),
         max_jobs=settings.webhook_concurrency,
-        poll_delay=settings.worker_poll_delay_s,
+        poll_delay=max(settings.worker_poll_delay_s, MIN_POLL_DELAY_S),
         keep_result=settings.batch_ttl_s,
         job_serializer=serialize,
         job_deserializer=deserialize,
@@ -83,7 +86,10 @@ class Deliveries:
             except Exception as exc:  # like the PDF worker: wait for Redis, then reconnect
                 log.error("deliveries lost Redis (%r); reconnecting in %.0fs", exc, delay)
             finally:
-                await self.worker.close()
+                try:
+                    await self.worker.close()
+                except Exception as exc:  # Redis may be what is gone
+                    log.warning("closing the delivery worker failed: %r", exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RECONNECT_DELAY_S)
 
@@ -112,3 +118,4 @@ class Deliveries:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
+            self.task = None
