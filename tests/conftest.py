@@ -27,8 +27,13 @@ REQUIRED_ENV = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDP
 
 # kubefix: the session-wide Kubernetes control plane (fixture `kube_cluster`), shared by every
 # test module; kube_env: PdfBatches and the operator; browser: the API on a real port, and
-# headless Chromium.
-pytest_plugins = ["tests.support.kubefix", "tests.support.kube_env", "tests.support.browser"]
+# headless Chromium; tenants: clients of tenants of their own, with their own quotas.
+pytest_plugins = [
+    "tests.support.kubefix",
+    "tests.support.kube_env",
+    "tests.support.browser",
+    "tests.support.tenants",
+]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -106,6 +111,7 @@ def settings(services: dict[str, str], migrated: None, request: pytest.FixtureRe
         "quota_uploads_per_minute": 0,
         "quota_bytes_per_day": 0,
         "quota_concurrent_batches": 0,
+        "quota_retries_per_hour": 0,
     }
     marker = request.node.get_closest_marker("settings")
     if marker:

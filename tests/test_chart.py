@@ -534,7 +534,8 @@ def test_env_is_made_of_real_settings_and_parses(tmp_path: Path) -> None:
 
 
 QUOTAS_JSON = (
-    '{"acme":{"bytes_per_day":0,"concurrent_batches":3},"ops.team":{"uploads_per_minute":0}}'
+    '{"acme":{"bytes_per_day":0,"concurrent_batches":3},'
+    '"ops.team":{"retries_per_hour":2,"uploads_per_minute":0}}'
 )
 TENANCY = {  # value set -> (containers that read it, variable, what they get)
     "config.maxDirectoryBytes=1048576": (
@@ -550,6 +551,7 @@ TENANCY = {  # value set -> (containers that read it, variable, what they get)
         "107374182400",
     ),
     "api.quotas.concurrentBatches=0": (("api",), "PDFQUEUE_QUOTA_CONCURRENT_BATCHES", "0"),
+    "api.quotas.retriesPerHour=5": (("api",), "PDFQUEUE_QUOTA_RETRIES_PER_HOUR", "5"),
     "api.tenantQuotas.acme.bytesPerDay=0": (
         ("api",),
         "PDFQUEUE_TENANT_QUOTAS",
@@ -561,6 +563,11 @@ TENANCY = {  # value set -> (containers that read it, variable, what they get)
         QUOTAS_JSON,
     ),
     r"api.tenantQuotas.ops\.team.uploadsPerMinute=0": (
+        ("api",),
+        "PDFQUEUE_TENANT_QUOTAS",
+        QUOTAS_JSON,
+    ),
+    r"api.tenantQuotas.ops\.team.retriesPerHour=2": (
         ("api",),
         "PDFQUEUE_TENANT_QUOTAS",
         QUOTAS_JSON,
@@ -593,6 +600,7 @@ TENANCY_FIELDS = {
     "PDFQUEUE_QUOTA_UPLOADS_PER_MINUTE": "quota_uploads_per_minute",
     "PDFQUEUE_QUOTA_BYTES_PER_DAY": "quota_bytes_per_day",
     "PDFQUEUE_QUOTA_CONCURRENT_BATCHES": "quota_concurrent_batches",
+    "PDFQUEUE_QUOTA_RETRIES_PER_HOUR": "quota_retries_per_hour",
     "PDFQUEUE_TENANT_QUOTAS": "tenant_quotas",
     "PDFQUEUE_USERS_TENANT_COLUMN": "users_tenant_column",
     "PDFQUEUE_EXTRACT_MAX_PAGE_CHARS": "extract_max_page_chars",
@@ -624,13 +632,13 @@ def test_tenancy_and_quota_values_reach_the_containers_that_read_them(tmp_path: 
     assert api.max_directory_bytes == 1048576
     assert api.trusted_tenants == {"acme", "ops.team"}
     assert api.quota_for("acme") == Quota(
-        uploads_per_minute=7, bytes_per_day=0, concurrent_batches=3
+        uploads_per_minute=7, bytes_per_day=0, concurrent_batches=3, retries_per_hour=5
     )
     assert api.quota_for("ops.team") == Quota(
-        uploads_per_minute=0, bytes_per_day=107374182400, concurrent_batches=0
+        uploads_per_minute=0, bytes_per_day=107374182400, concurrent_batches=0, retries_per_hour=2
     )
     assert api.quota_for("other") == Quota(
-        uploads_per_minute=7, bytes_per_day=107374182400, concurrent_batches=0
+        uploads_per_minute=7, bytes_per_day=107374182400, concurrent_batches=0, retries_per_hour=5
     )
     operator = _settings_of(rendered, "operator", tmp_path)
     trusting = render(  # the API's namespace may be listed, as "*"

@@ -46,15 +46,16 @@ async def test_every_key_a_batch_creates_expires_or_is_deleted(
     fair = re.escape(f"pdfqueue:fair:{settings.queue_name}:")
     bounds = {  # what may be left, and for how long at most
         rf"pdfqueue:batch:{batch_id}(:outcomes)?": settings.batch_ttl_s,
-        rf"arq:result:(ingest|retry|process|webhook):{batch_id}(:r?\d+)*": settings.batch_ttl_s,
-        rf"{fair}b:{batch_id}:meta": JOB_EXPIRES_MS // 1000,
-        rf"{fair}workers": 3 * settings.dispatch_tick_s + 1,
+        rf"arq:result:(ingest|retry|process|delivery):{batch_id}(:r?\d+)*": settings.batch_ttl_s,
+        # the deliveries' fair dispatch has keys of its own, under the delivery queue's name
+        rf"{fair}(deliveries:)?b:{batch_id}:meta": JOB_EXPIRES_MS // 1000,
+        rf"{fair}(deliveries:)?workers": 3 * settings.dispatch_tick_s + 1,
     }
     for key, ttl in left.items():
         bound = next((b for pattern, b in bounds.items() if re.fullmatch(pattern, key)), None)
         assert bound is not None, f"{key} is not a key a finished batch may leave"
         assert 0 < ttl <= bound, (key, ttl)
     assert f"pdfqueue:batch:{batch_id}" in left
-    assert f"arq:result:webhook:{batch_id}:1" in left
+    assert f"arq:result:delivery:{batch_id}:1" in left
     assert not any(k.startswith("arq:job:") or "in-progress" in k for k in left)
     assert await redis.zcard(settings.queue_name) == 0

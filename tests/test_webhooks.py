@@ -10,13 +10,11 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
-import uvicorn
 from prometheus_client import REGISTRY
 
 from pdfqueue.domain.models import COUNTERS
@@ -24,8 +22,8 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue_dev.processes import free_port
 from tests.support.helpers import MakeCorpus, RunWorker, upload
+from tests.support.webhooks import SECRET, Receiver, deliveries, upload_with
 
-SECRET = "whsec-test-0123456789abcdef0123456789abcdef"
 HOOKS = pytest.mark.settings(
     webhook_allow_http_loopback=True,
     webhook_secrets={"acme": SECRET},
@@ -45,71 +43,11 @@ def verify(secret: str, header: str, body: bytes, tolerance_s: int = 300) -> boo
     return fresh and hmac.compare_digest(expected, fields["v1"])
 
 
-@dataclass
-class Receiver:
-    """An HTTP server on a loopback port that records every request it gets."""
-
-    port: int
-    answer: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    got: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
-    server: uvicorn.Server | None = None
-    task: asyncio.Task[None] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks/pdf"
-
-    async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        self.got.append((scope["path"], headers, body))
-        extra = [(k.encode(), v.encode()) for k, v in self.headers.items()]
-        await send({"type": "http.response.start", "status": self.answer, "headers": extra})
-        await send({"type": "http.response.body", "body": b"ok"})
-
-    async def start(self) -> None:
-        config = uvicorn.Config(
-            self.app,
-            host="127.0.0.1",
-            port=self.port,
-            log_config=None,
-            access_log=False,
-            interface="asgi3",
-        )
-        self.server = uvicorn.Server(config)
-        self.task = asyncio.create_task(self.server.serve())
-        while not self.server.started:
-            assert not self.task.done(), "the receiver did not start"
-            await asyncio.sleep(0.02)
-
-    async def stop(self) -> None:
-        if self.server is not None and self.task is not None:
-            self.server.should_exit = True
-            await self.task
-
-
 @pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:
     r = Receiver(free_port())
     yield r
     await r.stop()
-
-
-async def deliveries(db: asyncpg.Connection, batch_id: str) -> list[dict[str, Any]]:
-    rows = await db.fetch(
-        "SELECT round, attempt, url, status_code, error FROM pdfqueue_webhook_deliveries"
-        " WHERE batch_id = $1 ORDER BY id",
-        batch_id,
-    )
-    return [dict(r) for r in rows]
 
 
 class Attempts:
@@ -133,15 +71,6 @@ class Attempts:
     def since(self) -> dict[str, float]:
         now = self.now()
         return {r: now[r] - self.start[r] for r in now if now[r] != self.start[r]}
-
-
-async def upload_with(api: httpx.AsyncClient, path: Any, callback: str) -> httpx.Response:
-    return await api.post(
-        "/v1/batches",
-        params={"callback_url": callback},
-        content=path.read_bytes(),
-        headers={"Content-Type": "application/zip"},
-    )
 
 
 @HOOKS

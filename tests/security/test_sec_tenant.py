@@ -6,13 +6,10 @@ import asyncio
 import csv
 import io
 import os
-import uuid
 import zipfile
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -26,12 +23,11 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.queue import Job, deserialize, enqueue, remove
 from pdfqueue.stores.state import BatchState
 from pdfqueue_dev.samples import CLEAN, build_corpus, write_zip
-from tests.support.helpers import GLOBEX, GLOBEX_TOKEN, MakeCorpus, RunWorker, upload
+from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
+from tests.support.tenants import TenantApi, app_client
 
 ZIP = {"Content-Type": "application/zip"}
 MiB = 1024**2
-
-TenantApi = Callable[..., Any]
 
 
 async def seed_tenant_users(
@@ -165,43 +161,6 @@ async def test_the_report_names_users_only_to_trusted_tenants(
 
 
 # --- per-tenant quotas on uploads ----------------------------------------------------------------
-
-
-@asynccontextmanager
-async def app_client(
-    settings: Settings, headers: dict[str, str]
-) -> AsyncIterator[httpx.AsyncClient]:
-    """The real app with these settings (lifespan included), sending `headers`."""
-    from pdfqueue_api.app import create_app
-
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://pdfqueue.test", headers=headers, timeout=30
-        ) as client:
-            yield client
-
-
-@pytest.fixture
-def tenant_api(settings: Settings) -> TenantApi:
-    """A client of a tenant of its own (quota counters are per tenant, in a shared Redis)."""
-
-    def make(**quotas: Any) -> Any:
-        tenant = f"q-{uuid.uuid4().hex[:12]}"
-        token = uuid.uuid4().hex
-        tokens = {token: tenant, GLOBEX_TOKEN: "globex"}
-        limits = {
-            "quota_uploads_per_minute": 0,
-            "quota_bytes_per_day": 0,
-            "quota_concurrent_batches": 0,
-        }
-        limits.update({f"quota_{k}": v for k, v in quotas.items()})
-        tuned = settings.model_copy(update={"api_tokens": tokens, **limits})
-        client = app_client(tuned, {"Authorization": f"Bearer {token}"})
-        return tenant, client
-
-    return make
 
 
 async def queue_size(redis: Redis, settings: Settings) -> int:
@@ -474,18 +433,21 @@ async def test_quota_checks_fail_closed_when_redis_is_down(
 def test_quotas_have_defaults_and_per_tenant_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDFQUEUE_QUOTA_UPLOADS_PER_MINUTE", "7")
     monkeypatch.setenv(
-        "PDFQUEUE_TENANT_QUOTAS", '{"big": {"bytes_per_day": 0, "concurrent_batches": 50}}'
+        "PDFQUEUE_TENANT_QUOTAS",
+        '{"big": {"bytes_per_day": 0, "concurrent_batches": 50, "retries_per_hour": 3}}',
     )
     settings = Settings()
     assert settings.quota_for("big").model_dump() == {
         "uploads_per_minute": 7,
         "bytes_per_day": 0,
         "concurrent_batches": 50,
+        "retries_per_hour": 3,
     }
     assert settings.quota_for("small").model_dump() == {
         "uploads_per_minute": 7,
         "bytes_per_day": Settings().quota_bytes_per_day,
         "concurrent_batches": Settings().quota_concurrent_batches,
+        "retries_per_hour": Settings().quota_retries_per_hour,
     }
     monkeypatch.delenv("PDFQUEUE_QUOTA_UPLOADS_PER_MINUTE")
     assert Settings().quota_uploads_per_minute > 0  # quotas are on unless turned off

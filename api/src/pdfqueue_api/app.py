@@ -397,14 +397,16 @@ def _add_retry(app: FastAPI) -> None:
         "/v1/batches/{batch_id}/retry",
         status_code=status.HTTP_202_ACCEPTED,
         response_model=BatchSummary,
-        responses=errors(401, 404, 409, 503),
+        responses=errors(401, 404, 409, 429, 503),
     )
     async def retry_batch(
         batch_id: BatchId, tenant: Tenant, service: Service, all_failed: bool = False
     ) -> BatchSummary:
         """Re-run the failed files of a COMPLETED batch: those that failed for a reason that
         may pass (a dependency down, a timeout, a lost worker), or with `?all_failed=true`
-        every failed file. Each file keeps its history (`tries`, `previous_reason`)."""
+        every failed file. Each file keeps its history (`tries`, `previous_reason`). A retry
+        takes a concurrent-batch slot as an upload does and has a rate quota of its own
+        (`retries_per_hour`): 429 with Retry-After past either."""
         return await service.retry(tenant, batch_id, all_failed=all_failed)
 
 

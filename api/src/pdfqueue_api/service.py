@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import (
+    BatchNotRetryable,
     InvalidCursor,
     InvalidData,
     ServiceUnavailable,
@@ -77,15 +78,8 @@ class BatchService:
 
         The slot is freed if the upload fails; once it is a batch, the batch's row counts.
         """
-        admission = await self.quotas.admit(tenant, declared_bytes)
-        try:
+        async with _holding(await self.quotas.admit(tenant, declared_bytes)) as admission:
             yield admission
-        except BaseException:
-            with contextlib.suppress(Exception):  # best effort: Redis may be what failed
-                await asyncio.shield(admission.abandoned())
-            raise
-        with contextlib.suppress(ServiceUnavailable):  # the batch exists: a 503 would lie
-            await admission.accepted()  # if Redis missed this, the ticket expires by itself
 
     async def check_callback(self, tenant: str, url: str | None) -> None:
         """A callback_url the worker will call (or none): https to public addresses, and the
@@ -188,9 +182,19 @@ class BatchService:
         return erased
 
     async def retry(self, tenant: str, batch_id: str, *, all_failed: bool) -> BatchSummary:
-        """Re-run the completed batch's failed files (transient ones unless `all_failed`)."""
+        """Re-run the completed batch's failed files (transient ones unless `all_failed`).
+
+        A round is the batch running again: it holds a concurrent-batch slot from before it
+        starts until it ends, as an upload does, and counts against retries_per_hour (429
+        with Retry-After past either); a refused one (409) counts for neither."""
         await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
-        await _guard("queue", self.lifecycle.requeue(batch_id, all_failed=all_failed))
+        async with _holding(await self.quotas.admit_retry(tenant, batch_id)) as admission:
+            try:
+                await _guard("queue", self.lifecycle.requeue(batch_id, all_failed=all_failed))
+            except BatchNotRetryable:  # no round started: not a retry the rate counts
+                with contextlib.suppress(ServiceUnavailable):
+                    await admission.withdrawn()
+                raise
         log.info("batch retry started", extra={"batch_id": batch_id})
         return await self.get(tenant, batch_id)
 
@@ -229,6 +233,20 @@ class BatchService:
         """A batch's state for the event feed (the tenant was checked when the stream opened)."""
         found = await _guard("batch state", self.lifecycle.read(batch_id))
         return found.summary if found is not None else None
+
+
+@asynccontextmanager
+async def _holding(admission: Admission) -> AsyncIterator[Admission]:
+    """Keep an admission's slot while the block runs: freed if it fails (its try stays
+    counted), left to the batch's unfinished row once it succeeds."""
+    try:
+        yield admission
+    except BaseException:
+        with contextlib.suppress(Exception):  # best effort: Redis may be what failed
+            await asyncio.shield(admission.abandoned())
+        raise
+    with contextlib.suppress(ServiceUnavailable):  # the batch runs: a 503 would lie
+        await admission.accepted()  # if Redis missed this, the ticket expires by itself
 
 
 def encode_cursor(last: BatchSummary) -> str:

@@ -11,7 +11,8 @@ A job whose worker was killed keeps its past score and so keeps counting until i
 
 Fair dispatch keeps most of a big batch out of the queue as pending work, released in small
 windows; that work is added (`pdfqueue.stores.fair.pending_jobs`), so the fleet still scales out
-for the whole backlog.
+for the whole backlog. Webhook deliveries due on their own queue are added as well (they
+run in every worker's delivery slots), so a delivery never waits for the next batch.
 """
 
 from __future__ import annotations
@@ -123,7 +124,10 @@ class Autoscaler:
             return
         self._refused.pop(key, None)
 
-        ready = await self.redis.zcount(policy.queue, "-inf", int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        ready = await self.redis.zcount(policy.queue, "-inf", now_ms)
+        # deliveries due count too: only a running worker delivers them
+        ready += await self.redis.zcount(keys.delivery_queue(policy.queue), "-inf", now_ms)
         backlog = int(ready) + await pending_jobs(self.redis, policy.queue)
         now = time.monotonic()  # when the backlog was seen: the window counts from here
         current = await self.kube.get_replicas(deployment.namespace, deployment.name)

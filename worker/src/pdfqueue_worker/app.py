@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from signal import Signals
 from typing import Any
 
 from arq import Worker, func
@@ -26,10 +27,10 @@ from pdfqueue.runtime.stores import Stores, worker_role
 from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
 from pdfqueue.stores.queue import check_durability, deserialize, serialize
 from pdfqueue_worker import heartbeat
+from pdfqueue_worker.deliveries import Deliveries
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extract import Extractor
-from pdfqueue_worker.notify import MAX_TRIES as WEBHOOK_MAX_TRIES
-from pdfqueue_worker.notify import announce, webhook
+from pdfqueue_worker.notify import announce, forward
 from pdfqueue_worker.recover import recover
 from pdfqueue_worker.rerun import retry
 from pdfqueue_worker.tasks import ingest, process
@@ -84,6 +85,8 @@ async def startup(ctx: dict[str, Any]) -> None:
         ticker = dispatch_ticker(dispatcher, settings.dispatch_tick_s, settings.max_jobs)
         ctx["dispatch"] = ticker
         ctx["dispatch"].start()
+    ctx["deliveries"] = Deliveries(settings, ctx["deps"])
+    ctx["deliveries"].start()
     # a worker starts again after it lost Redis, which may have come back empty
     await reconcile_at_start(ctx["deps"].lifecycle)
     ctx["redis-loss"] = loss_watch(ctx["deps"])
@@ -117,6 +120,11 @@ def loss_watch(deps: Deps) -> Periodic:
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
+    deliveries: Deliveries | None = ctx.pop("deliveries", None)
+    if deliveries is not None:
+        if ctx.get("burst"):
+            await deliveries.drain()
+        await deliveries.stop()
     await heartbeat.stop(ctx.pop("heartbeat", None))
     for name in ("dispatch", "redis-loss"):
         ticker: Periodic | None = ctx.pop(name, None)
@@ -146,6 +154,12 @@ class ShuffledWorker(Worker):
         random.shuffle(job_ids)
         await super().start_jobs(job_ids)
 
+    def handle_sig_wait_for_completion(self, signum: Signals) -> None:
+        deliveries: Deliveries | None = self.ctx.get("deliveries")
+        if deliveries is not None:  # no new delivery either while the PDFs finish
+            deliveries.pause()
+        super().handle_sig_wait_for_completion(signum)
+
 
 def build_worker(settings: Settings, **overrides: Any) -> Worker:
     """The arq Worker for these settings; tests pass `burst=True` and the like."""
@@ -158,12 +172,9 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
                 timeout=settings.arq_timeout_s,
                 max_tries=settings.max_tries + SPARE_TRIES,
             ),
-            func(
-                webhook,
-                name="webhook",
-                timeout=settings.webhook_timeout_s + 10,
-                max_tries=WEBHOOK_MAX_TRIES,
-            ),
+            # deliveries have slots of their own (`deliveries`); one queued here by an
+            # earlier version is only moved there
+            func(forward, name="webhook", timeout=settings.arq_timeout_s, max_tries=3),
             func(
                 retry,
                 name="retry",
@@ -199,6 +210,7 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
         "health_check_interval": 10,
     }
     options.update(overrides)
+    options["ctx"] = {**options["ctx"], "burst": bool(options.get("burst"))}
     return ShuffledWorker(**options)
 
 

@@ -1,22 +1,34 @@
-"""The `webhook` task: tell a batch's caller it completed, signed, retried for a bounded time."""
+"""The `webhook` task: tell a batch's caller it completed, signed, retried for a bounded time.
+
+Deliveries run on a queue of their own (`keys.delivery_queue`), in delivery slots beside the
+PDF slots (`pdfqueue_worker.deliveries`), released by fair dispatch with a per-tenant cap:
+a receiver that never answers holds only its own tenant's delivery slots, each attempt for
+at most `webhook_timeout_s`.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import wraps
 from typing import Any
 
 import httpx
 from arq import Retry
 from pydantic import SecretStr
+from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import UnsafeCallback
 from pdfqueue.domain.models import BatchStatus, BatchSummary
+from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.stores import Stores
-from pdfqueue.stores.queue import Job, enqueue
+from pdfqueue.stores.fair import Dispatcher, chunks_before
+from pdfqueue.stores.queue import Job
 from pdfqueue.stores.webhooks import body, callback_of, parse, post, record_attempt
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.observe import observed_job
@@ -24,23 +36,61 @@ from pdfqueue_worker.observe import observed_job
 log = logging.getLogger(__name__)
 MAX_TRIES = 100_000
 """arq's limit on tries of a delivery: never the one that ends it (webhook_deadline_s is)."""
+Task = Callable[..., Coroutine[Any, Any, Any]]
 
 
 async def announce(stores: Stores, batch_id: str) -> None:
-    """Queue the completion webhook of the batch's current round (once: the id says which).
+    """Queue the completion webhook of the batch's current round (once: the id says which)."""
+    await _announce(stores.settings, stores.redis, stores.lifecycle, batch_id)
+
+
+async def _announce(settings: Settings, redis: Redis, lifecycle: Lifecycle, batch_id: str) -> None:
+    """Register the round's delivery as the tenant's pending work on the delivery queue.
 
     The worker's lifecycle runs it on every completion it writes, a redelivered one included:
-    the job id makes the delivery once per round."""
-    if not (stores.settings.webhook_secrets or stores.settings.webhook_urls):
+    the round's chunk number makes the delivery once per round."""
+    if not (settings.webhook_secrets or settings.webhook_urls):
         return  # no tenant can have a webhook: no job per batch either
-    found = await stores.lifecycle.read(batch_id)
-    round_ = found.summary.retries if found is not None else 0
+    found = await lifecycle.read(batch_id)
+    if found is None:
+        return
+    round_ = found.summary.retries
     job = Job(
-        keys.webhook_job(batch_id, round_),
+        keys.delivery_job(batch_id, round_),
         "webhook",
         {"batch_id": batch_id, "retry_round": round_},
     )
-    await enqueue(stores.redis, stores.settings.queue_name, [job])
+    dispatcher = Dispatcher.for_deliveries(redis, settings)
+    first = await chunks_before(redis, dispatcher.queue_name, batch_id, f"round:{round_}")
+    await dispatcher.register(batch_id, found.tenant, [job], 1, first)
+    await dispatcher.dispatch()
+
+
+def refills(task: Task) -> Task:
+    """After a delivery ends (not when it is retried), release the next into its slot.
+
+    A refill that fails costs nothing but latency: every worker's tick dispatches anyway."""
+
+    @wraps(task)
+    async def wrapper(ctx: dict[str, Any], **kwargs: Any) -> Any:
+        result = await task(ctx, **kwargs)
+        deps: Deps = ctx["deps"]
+        try:
+            await Dispatcher.for_deliveries(deps.redis, deps.settings).dispatch(ctx["job_id"])
+        except Exception as exc:
+            log.warning("delivery refill failed: %r", exc, extra={"job_id": ctx["job_id"]})
+        return result
+
+    return wrapper
+
+
+@observed_job("webhook", link=True)
+async def forward(ctx: dict[str, Any], *, batch_id: str, retry_round: int) -> str:
+    """A delivery queued on the PDF queue (before deliveries had a queue of their own): moved
+    to the delivery queue at once, so it never holds a PDF slot for its attempts."""
+    deps: Deps = ctx["deps"]
+    await _announce(deps.settings, deps.redis, deps.lifecycle, batch_id)
+    return f"moved round {retry_round} to the delivery queue"
 
 
 @dataclass(frozen=True)
@@ -55,6 +105,7 @@ class Delivery:
     summary: BatchSummary
 
 
+@refills
 @observed_job("webhook", link=True)
 async def webhook(ctx: dict[str, Any], *, batch_id: str, retry_round: int) -> str:
     """POST the batch's final counts to its callback; retry until webhook_deadline_s."""
@@ -115,6 +166,7 @@ async def _post(deps: Deps, delivery: Delivery, secret: SecretStr) -> int:
         body(delivery.summary),
         f"{delivery.batch_id}:{delivery.round}",
         timeout_s=settings.webhook_timeout_s,
+        max_response_bytes=settings.webhook_max_response_bytes,
     )
 
 

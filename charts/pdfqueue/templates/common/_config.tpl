@@ -54,6 +54,7 @@ PDFQUEUE_TRUSTED_TENANTS: {{ join "," .Values.api.trustedTenants | quote }}
 PDFQUEUE_QUOTA_UPLOADS_PER_MINUTE: {{ .Values.api.quotas.uploadsPerMinute | int64 | quote }}
 PDFQUEUE_QUOTA_BYTES_PER_DAY: {{ .Values.api.quotas.bytesPerDay | int64 | quote }}
 PDFQUEUE_QUOTA_CONCURRENT_BATCHES: {{ .Values.api.quotas.concurrentBatches | int64 | quote }}
+PDFQUEUE_QUOTA_RETRIES_PER_HOUR: {{ .Values.api.quotas.retriesPerHour | int64 | quote }}
 PDFQUEUE_TENANT_QUOTAS: {{ toJson $tenantQuotas | quote }}
 {{- /* The workers': what one page may cost, and whose users a batch may match. */}}
 PDFQUEUE_EXTRACT_MAX_PAGE_CHARS: {{ .Values.worker.extractMaxPageChars | int64 | quote }}

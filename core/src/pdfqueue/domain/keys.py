@@ -48,7 +48,7 @@ def linked_pdf(user_id: int, sha256: str) -> str:
 
 
 def quota(tenant: str, name: str) -> str:
-    """A tenant's quota counter: `uploads`, `inflight` or `bytes:<UTC date>`."""
+    """A tenant's quota counter: `uploads`, `retries`, `inflight` or `bytes:<UTC date>`."""
     return f"{PREFIX}:quota:{tenant}:{name}"
 
 
@@ -68,6 +68,13 @@ def retry_process_job(batch_id: str, round_: int, index: int) -> str:
 def webhook_job(batch_id: str, round_: int) -> str:
     """The completion webhook of the batch's round `round_` (0 before any retry): one each."""
     return f"webhook:{checked(batch_id)}:{int(round_)}"
+
+
+def delivery_job(batch_id: str, round_: int) -> str:
+    """The delivery of the batch's round `round_` on the delivery queue (an id of its own: arq
+    keeps a job's key and result under its id whatever the queue, and `webhook_job` ids may
+    still be in the PDF queue from before deliveries had one)."""
+    return f"delivery:{checked(batch_id)}:{int(round_)}"
 
 
 def retry_job(batch_id: str, round_: int) -> str:
@@ -113,6 +120,12 @@ def process_job_prefix(batch_id: str) -> str:
 def last_error(job_id: str) -> str:
     """Why a job's latest try failed: its reason if it runs out of tries."""
     return f"{PREFIX}:last-error:{job_id}"
+
+
+def delivery_queue(queue_name: str) -> str:
+    """The arq queue of the webhook deliveries: served by slots of their own, never by the
+    PDF jobs' (a callback that never answers must not hold a slot another tenant's PDFs need)."""
+    return f"{queue_name}:deliveries"
 
 
 def fair_prefix(queue_name: str) -> str:

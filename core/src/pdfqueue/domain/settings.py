@@ -60,13 +60,14 @@ _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Quota(BaseModel):
-    """One tenant's limits on uploads; 0 means no limit."""
+    """One tenant's limits on uploads and retries; 0 means no limit."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     uploads_per_minute: int = Field(ge=0)
     bytes_per_day: int = Field(ge=0)
     concurrent_batches: int = Field(ge=0)
+    retries_per_hour: int = Field(ge=0)
 
 
 class TenantQuota(BaseModel):
@@ -77,6 +78,7 @@ class TenantQuota(BaseModel):
     uploads_per_minute: int | None = Field(default=None, ge=0)
     bytes_per_day: int | None = Field(default=None, ge=0)
     concurrent_batches: int | None = Field(default=None, ge=0)
+    retries_per_hour: int | None = Field(default=None, ge=0)
 
 
 _PLAIN_TOKEN = re.compile(r"^[\x21-\x7e]{32,1024}$")
@@ -242,7 +244,7 @@ class Settings(BaseSettings):
     excepted), and connections beyond it plus a small reserve are closed at once. Keep it
     above `max_event_streams`: each stream holds a connection."""
 
-    # --- per-tenant quotas on uploads (429 with Retry-After; 0 turns a quota off) --------------
+    # --- per-tenant quotas on uploads and retries (429 with Retry-After; 0: no quota) --------
     quota_uploads_per_minute: int = Field(default=30, ge=0)
     """Uploads one tenant may start in any 60 s."""
     quota_bytes_per_day: int = Field(default=50 * 1024**3, ge=0)
@@ -250,6 +252,9 @@ class Settings(BaseSettings):
     quota_concurrent_batches: int = Field(default=10, ge=0)
     """Batches of one tenant not yet COMPLETED, FAILED or CANCELLED, uploads in progress
     included."""
+    quota_retries_per_hour: int = Field(default=20, ge=0)
+    """Retry requests (`POST /v1/batches/{id}/retry`) one tenant may make in any 3600 s; a
+    retry also takes a concurrent-batch slot like an upload."""
     tenant_quotas: dict[str, TenantQuota] = Field(default_factory=dict)
     """Per-tenant overrides as JSON, e.g. `{"acme": {"bytes_per_day": 0}}`; a quota not
     named keeps the default above."""
@@ -376,7 +381,17 @@ class Settings(BaseSettings):
     webhook_deadline_s: float = Field(default=3600.0, gt=0)
     """How long after a batch completes its webhook is still retried (with backoff)."""
     webhook_timeout_s: float = Field(default=10.0, gt=0)
-    """Time limit of one webhook request (connect, send, answer)."""
+    """Total time limit of one delivery attempt: resolving, connecting, sending, the answer's
+    headers and its body together (a receiver that trickles bytes is cut off at it too)."""
+    webhook_max_response_bytes: int = Field(default=64 * 1024, ge=0)
+    """Most bytes of a receiver's answer read; the rest is never read (only the status counts)."""
+    webhook_concurrency: int = Field(default=16, ge=1)
+    """Delivery attempts one worker process runs at once, in slots of their own beside its
+    `worker_max_jobs` PDF slots: deliveries never wait for PDFs, nor PDFs for deliveries."""
+    webhook_tenant_concurrency: int = Field(default=2, ge=1)
+    """Deliveries of one tenant in flight at once over all workers (attempting, or waiting
+    out a retry's backoff); its others wait their turn, so a tenant whose receiver hangs delays
+    only its own deliveries."""
 
     # --- fair dispatch (docs/architecture/fair-dispatch.md) -----------------------------------
     dispatch_fair: bool = True
@@ -523,6 +538,7 @@ class Settings(BaseSettings):
             uploads_per_minute=self.quota_uploads_per_minute,
             bytes_per_day=self.quota_bytes_per_day,
             concurrent_batches=self.quota_concurrent_batches,
+            retries_per_hour=self.quota_retries_per_hour,
         )
         override = self.tenant_quotas.get(tenant)
         if override is None:

@@ -40,7 +40,7 @@ def log_context(**fields: str | None) -> Iterator[None]:
 # arq logs each job's start and end outside the job's own context; its lines name the job id
 # (`ingest:<batch>`, `process:<batch>:[r<round>:]<index>`, `retry:<batch>:<round>`, see
 # pdfqueue.domain.keys), which is enough.
-_ARQ_JOB = re.compile(r"\b((?:ingest|process|retry|webhook):([0-9a-f]{32})(?::r?\d+)*)\b")
+_ARQ_JOB = re.compile(r"\b((?:ingest|process|retry|webhook|delivery):([0-9a-f]{32})(?::r?\d+)*)\b")
 
 
 class ContextFilter(logging.Filter):

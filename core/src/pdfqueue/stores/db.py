@@ -178,7 +178,8 @@ class Database:
         return [_summary(r) for r in rows]
 
     async def active_batches(self, tenant: str, uploading: Sequence[str] = ()) -> int:
-        """Batches of `tenant` not yet terminal, plus those of `uploading` without a row yet.
+        """Batches of `tenant` not yet terminal, plus those of `uploading` (uploads and
+        retries in flight) that are not among them yet.
 
         Derived from the durable rows (an index keeps it cheap), so a crash never leaks a
         count, and an upload that just became a batch is counted once, whichever it is.
@@ -628,11 +629,14 @@ _PROCESSING_BATCHES = """
 SELECT id FROM pdfqueue_batches WHERE status = 'PROCESSING' LIMIT $1
 """
 
+# An id in flight counts unless it is one of the tenant's unfinished rows (counted already):
+# an upload before its row exists, a retry before its finished row is PROCESSING again.
 _ACTIVE_BATCHES = """
 SELECT (SELECT count(*) FROM pdfqueue_batches
         WHERE tenant = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED'))
-     + (SELECT count(*) FROM unnest($2::text[]) AS u (id)
-        WHERE NOT EXISTS (SELECT 1 FROM pdfqueue_batches b WHERE b.id = u.id))
+     + (SELECT count(DISTINCT u.id) FROM unnest($2::text[]) AS u (id)
+        WHERE NOT EXISTS (SELECT 1 FROM pdfqueue_batches b WHERE b.id = u.id AND b.tenant = $1
+                          AND b.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')))
 """
 
 _READ_FILES = (

@@ -69,6 +69,8 @@ class Dispatcher:
     window_floor: int = 1
     weights: Mapping[str, int] = field(default_factory=dict)
     caps: Mapping[str, int] = field(default_factory=dict)
+    deferred_hold: bool = False
+    """Retries waiting out their backoff keep their tenant's and batch's slots (deliveries)."""
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Dispatcher:
@@ -82,6 +84,21 @@ class Dispatcher:
             window_floor=2 * settings.max_jobs,
             weights=settings.dispatch_tenant_weights,
             caps=settings.dispatch_tenant_inflight_caps,
+        )
+
+    @classmethod
+    def for_deliveries(cls, redis: Redis, settings: Settings) -> Dispatcher:
+        """The webhook deliveries' dispatcher, over their own queue: each tenant gets at most
+        `webhook_tenant_concurrency` in flight (its retries waiting out a backoff included),
+        the tenants taking turns in the delivery slots of the live workers."""
+        return cls(
+            redis=redis,
+            queue_name=keys.delivery_queue(settings.queue_name),
+            tenant_window=settings.webhook_tenant_concurrency,
+            batch_window=1,
+            quantum=1,
+            window_floor=settings.webhook_concurrency,
+            deferred_hold=True,
         )
 
     @property
@@ -132,6 +149,7 @@ class Dispatcher:
             worker.member if worker else "",
             now_ms + int(worker.lease_s * 1000) if worker else 0,
             self.window_floor,
+            int(self.deferred_hold),
             *_pairs(self.weights),
             *_pairs(self.caps),
         ]

@@ -1,4 +1,5 @@
-"""Per-tenant upload quotas in Redis: uploads per minute, bytes per day, concurrent batches."""
+"""Per-tenant quotas in Redis: uploads per minute, retries per hour, bytes per day, and
+concurrent batches (uploads and retries alike)."""
 
 from __future__ import annotations
 
@@ -56,25 +57,56 @@ class Quotas:
         quota = self.settings.quota_for(tenant)
         now = datetime.now(UTC)
         admission = Admission(self, tenant, quota, day=now.strftime("%Y%m%d"))
+        return await self._admit(admission, now, declared_bytes, quota.bytes_per_day)
+
+    async def admit_retry(self, tenant: str, batch_id: str) -> Admission:
+        """Take a retry slot for `tenant`'s batch, or raise QuotaExceeded: a retry round is
+        a batch running again, so it takes a concurrent-batch slot on the same terms as an
+        upload, and it counts against `retries_per_hour` (each round re-reads its files).
+
+        The ticket names the batch (plus a part of its own, so two racing retries of one
+        batch never drop each other's): the batch counts once, whether its row is
+        unfinished already or only its ticket is in flight.
+        """
+        quota = self.settings.quota_for(tenant)
+        now = datetime.now(UTC)
+        admission = Admission(
+            self,
+            tenant,
+            quota,
+            day=now.strftime("%Y%m%d"),
+            ticket=f"{keys.checked(batch_id)}:{uuid.uuid4().hex}",
+            rate="retries",
+        )
+        return await self._admit(admission, now, 0, 0)
+
+    async def _admit(
+        self, admission: Admission, now: datetime, declared_bytes: int, bytes_per_day: int
+    ) -> Admission:
+        quota = admission.quota
+        limit, window_s, name = admission.rate_limit
         reply: list[bytes] = await _script(
             self.redis,
             _ADMIT,
-            [admission.uploads_key, admission.day_key, admission.inflight_key],
+            [admission.rate_key, admission.day_key, admission.inflight_key],
             now.timestamp(),
             admission.ticket,
-            quota.uploads_per_minute,
-            quota.bytes_per_day,
+            limit,
+            bytes_per_day,
             max(declared_bytes, 0),
             _seconds_left_in_day(now),
             quota.concurrent_batches,
             HOLD_S,
             CONCURRENT_RETRY_S,
+            window_s,
+            name,
         )
         if _text(reply[0]) != "ok":
-            name, limit, retry_after_s = reply
-            raise QuotaExceeded(_text(name), int(limit), int(retry_after_s))
+            quota_name, quota_limit, retry_after_s = reply
+            raise QuotaExceeded(_text(quota_name), int(quota_limit), int(retry_after_s))
         if quota.concurrent_batches:
-            await self._count_batches(admission, [_text(t) for t in reply[1:]])
+            batches = {_text(t).partition(":")[0] for t in reply[1:]}
+            await self._count_batches(admission, sorted(batches))
         return admission
 
     async def _count_batches(self, admission: Admission, uploading: list[str]) -> None:
@@ -111,14 +143,24 @@ class Admission:
     streamed: int = 0
     counted: int = 0
     counted_at: float = field(default_factory=time.monotonic)
+    rate: str = "uploads"
+    """Which starts this admission counts among: `uploads` (per minute) or `retries` (per
+    hour)."""
+
+    @property
+    def rate_limit(self) -> tuple[int, int, str]:
+        """The rate quota this admission counts against: (limit, window in s, its name)."""
+        if self.rate == "retries":
+            return self.quota.retries_per_hour, 3600, "retries_per_hour"
+        return self.quota.uploads_per_minute, 60, "uploads_per_minute"
 
     @property
     def day_key(self) -> str:
         return keys.quota(self.tenant, f"bytes:{self.day}")
 
     @property
-    def uploads_key(self) -> str:
-        return keys.quota(self.tenant, "uploads")
+    def rate_key(self) -> str:
+        return keys.quota(self.tenant, self.rate)
 
     @property
     def inflight_key(self) -> str:
@@ -155,7 +197,8 @@ class Admission:
             raise QuotaExceeded("bytes_per_day", self.quota.bytes_per_day, retry_after_s)
 
     async def accepted(self) -> None:
-        """The upload is a batch now, and its row counts: drop its ticket."""
+        """The upload is a batch now (the retry's round started), and its unfinished row
+        counts: drop its ticket."""
         await _redis(self.quotas.redis.zrem(self.inflight_key, self.ticket))
 
     async def abandoned(self) -> None:
@@ -169,7 +212,7 @@ class Admission:
         """Refused after all: undo everything the admission took."""
         async with self.quotas.redis.pipeline(transaction=True) as pipe:
             pipe.zrem(self.inflight_key, self.ticket)
-            pipe.zrem(self.uploads_key, self.ticket)
+            pipe.zrem(self.rate_key, self.ticket)
             await _redis(pipe.execute())
 
 

@@ -147,13 +147,26 @@ def signature(secret: str, timestamp: int, payload: bytes) -> str:
 
 
 async def post(
-    target: Target, secret: str, payload: bytes, delivery: str, *, timeout_s: float
+    target: Target,
+    secret: str,
+    payload: bytes,
+    delivery: str,
+    *,
+    timeout_s: float,
+    max_response_bytes: int = 64 * 1024,
 ) -> int:
     """One attempt: resolve and check again, connect to a checked address, POST once.
 
-    Returns the status code (a redirect is returned as is, never followed).
+    Returns the status code (a redirect is returned as is, never followed). The whole attempt
+    (resolving, connecting, sending, the answer's headers) has `timeout_s` in all, not per
+    step: httpx's own timeout is per read, so a receiver sending a byte a second would hold
+    the attempt for ever. TimeoutError past it. Of the answer's body at most
+    `max_response_bytes` are read, within what is left of the deadline; once the headers are
+    in, the status stands whatever the body does.
     """
-    address = (await resolve(target))[0]
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    async with asyncio.timeout_at(deadline):
+        address = (await resolve(target))[0]
     host = f"[{address}]" if address.version == 6 else str(address)
     headers = {
         "Host": target.host if target.port in {80, 443} else f"{target.host}:{target.port}",
@@ -166,13 +179,34 @@ async def post(
     async with httpx.AsyncClient(
         follow_redirects=False, trust_env=False, timeout=timeout_s
     ) as client:
-        response = await client.post(
+        request = client.build_request(
+            "POST",
             f"{target.scheme}://{host}:{target.port}{target.path}",
             content=payload,
             headers=headers,
             extensions={"sni_hostname": target.host},
         )
+        async with asyncio.timeout_at(deadline):
+            response = await client.send(request, stream=True)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await _read_some(response, max_response_bytes)
+        except (TimeoutError, httpx.HTTPError):
+            pass  # the answer's status is in: a body that trickles or breaks changes nothing
+        finally:
+            await response.aclose()
     return response.status_code
+
+
+async def _read_some(response: httpx.Response, limit: int) -> None:
+    """Read at most `limit` bytes of the answer's body (and drop them)."""
+    read = 0
+    if limit <= 0:
+        return
+    async for chunk in response.aiter_raw():
+        read += len(chunk)
+        if read >= limit:
+            return
 
 
 async def remember(db: Database, batch_id: str, url: str) -> None:

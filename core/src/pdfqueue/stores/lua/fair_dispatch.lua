@@ -6,12 +6,15 @@
 -- job stays in the queue's sorted set while it is ready, running or waiting for a retry, and
 -- arq removes it when it finishes. So each call first forgets released jobs no longer in the
 -- set; a job whose worker was killed keeps its slot until arq reruns and finishes it. A retry
--- waiting out its backoff (scored in the future) holds no slot until it is due again.
+-- waiting out its backoff (scored in the future) holds no slot until it is due again, unless
+-- the caller says it holds its tenant's and its batch's (deliveries: a tenant whose receiver
+-- fails would otherwise release all its deliveries, and their retries all fall due together).
 --
 -- KEYS[1] the arq queue. ARGV: key prefix, job-key prefix, result-key prefix, job expiry ms,
 -- now ms, window, tenant window, batch window, quantum (PDFs), a job id that is finishing
 -- right now ('' for none), a live worker "id:max_jobs" ('' for none) and when its entry
--- expires (ms), the floor of an automatic window, then n and n (tenant, weight) pairs,
+-- expires (ms), the floor of an automatic window, 1 if retries waiting out their backoff hold
+-- their tenant's and batch's slots (else 0), then n and n (tenant, weight) pairs,
 -- then m and m (tenant, cap) pairs.
 -- A window of 0 means twice the max_jobs of the live workers: enough ready jobs to keep
 -- them busy between refills, few enough that a new batch is not queued behind much; never
@@ -23,8 +26,9 @@ local expires_ms, now_ms = ARGV[4], ARGV[5]
 local window, tenant_window, batch_window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local quantum, finishing = tonumber(ARGV[9]), ARGV[10]
 local worker, worker_expires_ms, floor = ARGV[11], ARGV[12], tonumber(ARGV[13])
+local deferred_hold = ARGV[14] == '1'
 local weights, caps = {}, {}
-local at = 14
+local at = 15
 for _ = 1, tonumber(ARGV[at]) do
   weights[ARGV[at + 1]] = tonumber(ARGV[at + 2])
   at = at + 2
@@ -63,23 +67,25 @@ end
 local in_batch, in_tenant, total = {}, {}, 0
 for _, b in ipairs(redis.call('SMEMBERS', inflight)) do
   local set = P .. 'b:' .. b .. ':inflight'
-  local n = 0
+  local n, waiting = 0, 0
   for _, j in ipairs(redis.call('SMEMBERS', set)) do
     local score = redis.call('ZSCORE', queue, j)
     if j == finishing or not score then
       redis.call('SREM', set, j)
     elseif tonumber(score) <= tonumber(now_ms) then
       n = n + 1
+    elseif deferred_hold then
+      waiting = waiting + 1
     end  -- else a retry waiting out its backoff: kept, but it holds no slot meanwhile
   end
   if redis.call('SCARD', set) == 0 then
     redis.call('SREM', inflight, b)
     redis.call('HDEL', owner, b)
-  elseif n > 0 then
+  elseif n + waiting > 0 then
     local t = redis.call('HGET', owner, b) or ''
-    in_batch[b] = n
-    in_tenant[t] = (in_tenant[t] or 0) + n
-    total = total + n
+    in_batch[b] = n + waiting
+    in_tenant[t] = (in_tenant[t] or 0) + n + waiting
+    total = total + n  -- a waiting retry never holds the window: other tenants go on
   end
 end
 
