@@ -297,7 +297,11 @@ def test_every_pod_is_ready_by_its_probes_as_the_charts_users(release: PodsDrive
     # a worker may still run: the Deployment starts with one until the operator scales it to 0
     # (one already stopping, on its way out, is not a pod of the running release)
     pods = [p for p in items if not p["metadata"].get("deletionTimestamp")]
-    by_component = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p for p in pods}
+    # the install's migration Job ran to completion (its pod stays, not ready, Succeeded)
+    assert release.get("job", f"{RELEASE}-migrate-install")["status"].get("succeeded") == 1
+    label = "app.kubernetes.io/component"
+    pods = [p for p in pods if p["metadata"]["labels"][label] != "migrate"]
+    by_component = {p["metadata"]["labels"][label]: p for p in pods}
     assert set(by_component) - {"worker"} == {"api", "operator", "redis", "postgresql", "s3"}
     for component, pod in by_component.items():
         assert _ready(pod), (component, pod["status"])
@@ -467,6 +471,9 @@ def test_helm_upgrade_rolls_every_pod_mid_batch_and_loses_no_file(release: PodsD
     assert not old & {p["metadata"]["uid"] for p in new}, "every API and operator pod replaced"
     config = release.get("configmap", f"{RELEASE}-config")["data"]
     assert config["PDFQUEUE_METRICS_INTERVAL_S"] == "4", config
+    # the pre-upgrade hook's Job is deleted once it succeeded, the install's with the old release
+    jobs = [j for j in release.get("jobs")["items"] if not j["metadata"].get("deletionTimestamp")]
+    assert not jobs, [j["metadata"]["name"] for j in jobs]
 
 
 def test_helm_test_passes(release: PodsDriver) -> None:
