@@ -309,8 +309,8 @@ def test_every_namespaced_object_names_the_release_namespace(variant: str) -> No
             assert obj["metadata"].get("namespace") == "team-ns", source
 
 
-PDFQUEUE_CONTAINERS = (("api", "api", False), ("api", "migrate", True))
-PDFQUEUE_CONTAINERS += (("worker", "worker", False), ("operator", "operator", False))
+PDFQUEUE_CONTAINERS = (("api", "api", False), ("worker", "worker", False))
+PDFQUEUE_CONTAINERS += (("operator", "operator", False),)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -680,8 +680,9 @@ def test_bundled_service_urls_are_composed_from_secrets(tmp_path: Path) -> None:
         assert settings.database_url == (
             "postgresql://pdfqueue:ci-postgres-password@pq-pdfqueue-postgresql:5432/pdfqueue"
         )
-    migrate = rendered.container_env(rendered.one("Deployment", "-api"), "migrate", init=True)
-    assert _settings_from_env(migrate).database_url == settings.database_url
+    for render_of, job_name in ((rendered, "-migrate-install"), (_upgrade(), "-migrate")):
+        migrate = render_of.container_env(render_of.one("Job", job_name), "migrate")
+        assert _settings_from_env(migrate).database_url == settings.database_url
     assert env["PDFQUEUE_S3_ENDPOINT_URL"] == "http://pq-pdfqueue-s3:7070"
     assert env["AWS_ACCESS_KEY_ID"] == "ci-access-key"
     tokens = rendered.mounted_secret(rendered.one("Deployment", "-api"), "api", TOKENS_FILE)
@@ -699,6 +700,7 @@ def test_bundled_service_urls_are_composed_from_secrets(tmp_path: Path) -> None:
     assert not external.all("StatefulSet")
     assert sorted(p["metadata"]["name"] for p in external.all("NetworkPolicy")) == [
         "pq-pdfqueue-api",
+        "pq-pdfqueue-migrate",
         "pq-pdfqueue-operator",
         "pq-pdfqueue-test-readyz",  # the `helm test` hook's
         "pq-pdfqueue-worker",
@@ -755,7 +757,8 @@ def test_redis_is_a_durable_queue() -> None:
 
 def test_network_policies_admit_only_this_releases_pdfqueue_pods() -> None:
     rendered = render("default")
-    for name in ("-redis", "-postgresql"):
+    clients = ["api", "worker", "operator"]
+    for name, more in (("-redis", []), ("-postgresql", ["migrate"]), ("-s3", ["migrate"])):
         policy = rendered.one("NetworkPolicy", name)
         (rule,) = policy["spec"]["ingress"]
         (peer,) = rule["from"]
@@ -763,7 +766,7 @@ def test_network_policies_admit_only_this_releases_pdfqueue_pods() -> None:
         assert exprs == {
             "app.kubernetes.io/instance": ["pq"],
             "app.kubernetes.io/part-of": ["pdfqueue"],
-            "app.kubernetes.io/component": ["api", "worker", "operator"],
+            "app.kubernetes.io/component": clients + more,
         }
         assert "namespaceSelector" not in peer  # only pods of the release's own namespace
 
@@ -861,6 +864,64 @@ def test_the_cluster_wide_overlay_grants_the_namespaced_roles_rules_everywhere()
     assert wide["rules"] == role["rules"]
 
 
+@functools.cache
+def _upgrade(variant: str = "default", *args: str) -> Rendered:
+    """The render of a `helm upgrade` (hooks for upgrades only)."""
+    return render(variant, "--is-upgrade", *args)
+
+
+HOOK = "before-hook-creation,hook-succeeded"
+
+
+def test_migrate_runs_once_per_release_and_in_no_api_pod() -> None:
+    """At install an ordinary Job beside the bundled PostgreSQL it needs; at upgrade a
+    pre-upgrade hook, its settings in a hook ConfigMap of their own (the release's ConfigMap
+    holds the previous release's until the hook is done), and its way into the stores too."""
+    for variant in VARIANTS:
+        for rendered in (render(variant), _upgrade(variant)):
+            for obj in rendered.all("Deployment") + rendered.all("StatefulSet"):
+                pod = obj["spec"]["template"]["spec"]
+                for c in pod["containers"] + pod.get("initContainers", []):
+                    assert "migrate" not in c.get("args", []), (variant, obj["metadata"]["name"])
+            (job,) = rendered.all("Job")
+            (c,) = job["spec"]["template"]["spec"]["containers"]
+            assert c["args"] == ["migrate"]
+            assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+    install = render("default").one("Job", "-migrate-install")
+    assert "annotations" not in install["metadata"]
+    assert install["spec"]["backoffLimit"] == 3
+    assert install["spec"]["activeDeadlineSeconds"] == 3600
+    upgrade = _upgrade("default", "--set", "migrations.backoffLimit=7")
+    job = upgrade.one("Job", "-migrate")
+    assert job["metadata"]["name"] == "pq-pdfqueue-migrate"
+    assert job["metadata"]["annotations"] == {
+        "helm.sh/hook": "pre-upgrade",
+        "helm.sh/hook-weight": "0",
+        "helm.sh/hook-delete-policy": HOOK,
+    }
+    assert job["spec"]["backoffLimit"] == 7
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    assert c["envFrom"] == [{"configMapRef": {"name": "pq-pdfqueue-migrate"}}]
+    settings = upgrade.one("ConfigMap", "-migrate")
+    assert settings["data"] == upgrade.one("ConfigMap", "-config")["data"]
+    hooks = [settings, *upgrade.all("NetworkPolicy")]
+    for obj in [o for o in hooks if "migrate" in o["metadata"]["name"]]:
+        assert obj["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+        assert obj["metadata"]["annotations"]["helm.sh/hook-weight"] == "-10"  # before the Job
+    into = upgrade.one("NetworkPolicy", "-migrate-postgresql")
+    assert into["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "postgresql"
+    assert not [
+        m for m in render("default").all("ConfigMap") if m["metadata"]["name"].endswith("-migrate")
+    ]
+    for off in ("migrations.enabled=false", "api.migrate.enabled=false"):  # the old name too
+        for rendered in (render("default", "--set", off), _upgrade("default", "--set", off)):
+            assert not rendered.all("Job"), off
+            assert not [
+                n for n in rendered.all("NetworkPolicy") if "migrate" in n["metadata"]["name"]
+            ]
+
+
 def test_api_probes_and_migrations() -> None:
     rendered = render("default")
     api = rendered.one("Deployment", "-api")
@@ -868,7 +929,7 @@ def test_api_probes_and_migrations() -> None:
     (c,) = pod["containers"]
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert pod["initContainers"][0]["args"] == ["migrate"]
+    assert "initContainers" not in pod  # the schema is the migration Job's (test_migrate_*)
     assert rendered.one("PodDisruptionBudget", "-api")["spec"]["minAvailable"] == 1
     assert rendered.one("PodDisruptionBudget", "-worker")["spec"]["maxUnavailable"] == 1
     ingress = render("ingress").one("Ingress", "-api")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -207,10 +208,18 @@ class PodsDriver(ClusterDriver):
         return "\n".join(parts)[-12000:]
 
 
-def _image_values() -> dict[str, Any]:
+def _image_values(images_sh: Path = IMAGES_SH) -> dict[str, Any]:
+    """The chart's image values for the images `images_sh` builds (from its own checkout)."""
+    _run("bash", images_sh, "build", timeout=3600)  # cached: seconds when nothing changed
     refs = dict(
-        line.split("=", 1) for line in _run("bash", IMAGES_SH, "refs").splitlines() if "=" in line
+        line.split("=", 1) for line in _run("bash", images_sh, "refs").splitlines() if "=" in line
     )
+
+    if images_sh != IMAGES_SH:  # the node imported this checkout's images only
+        sock = NODE_DIR / "containerd/containerd.sock"
+        for name in ("API", "WORKER", "OPERATOR", "REDIS", "POSTGRES", "VERSITYGW", "CURL"):
+            archive = _run("bash", images_sh, "archive", refs[name]).strip()
+            _run("ctr", "--address", sock, "-n", "k8s.io", "images", "import", archive)
 
     def image(name: str) -> dict[str, str]:
         repository, tag = refs[name].rsplit(":", 1)
@@ -229,11 +238,36 @@ def _image_values() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def release(real_node: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodsDriver]:
-    workdir = tmp_path_factory.mktemp("pods")
+    with _installed(real_node, tmp_path_factory.mktemp("pods"), CHART, IMAGES_SH) as driver:
+        yield driver
+
+
+@pytest.fixture
+def previous_release(
+    real_node: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PodsDriver]:
+    """The release of git main's HEAD (its chart and its images), in a namespace of its own."""
+    workdir = tmp_path_factory.mktemp("previous")
+    tree = workdir / "main"
+    _run("git", "worktree", "add", "--detach", tree, "main")
+    try:
+        chart = tree / "charts/pdfqueue"
+        with _installed(real_node, workdir, chart, tree / "tools/images.sh") as driver:
+            yield driver
+    finally:
+        _run("git", "worktree", "remove", "--force", tree)
+
+
+@contextlib.contextmanager
+def _installed(
+    real_node: Path, workdir: Path, chart: Path, images_sh: Path
+) -> Iterator[PodsDriver]:
+    """`helm install --wait` of `chart` with the images of `images_sh`'s checkout; uninstalled
+    and its namespace deleted afterwards."""
     namespace = f"pdfq-pods-{uuid.uuid4().hex[:6]}"
     driver = PodsDriver(real_node, namespace, workdir)
     values = workdir / "images.yaml"
-    values.write_text(yaml.safe_dump(_image_values()))
+    values.write_text(yaml.safe_dump(_image_values(images_sh)))
     driver.values = [
         "-f",
         str(KIND_VALUES),
@@ -247,7 +281,7 @@ def release(real_node: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             driver.helm(
                 "install",
                 RELEASE,
-                str(CHART),
+                str(chart),
                 *driver.values,
                 "--wait",
                 "--timeout",
@@ -297,7 +331,14 @@ def test_every_pod_is_ready_by_its_probes_as_the_charts_users(release: PodsDrive
     # a worker may still run: the Deployment starts with one until the operator scales it to 0
     # (one already stopping, on its way out, is not a pod of the running release)
     pods = [p for p in items if not p["metadata"].get("deletionTimestamp")]
-    by_component = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p for p in pods}
+    # the install's migration Job runs to completion (the API is ready as soon as the schema
+    # is there; the Job may still be making sure of the bucket)
+    job = f"job/{RELEASE}-migrate-install"
+    release.kubectl("wait", "--for=condition=complete", job, "--timeout=300s", timeout=330)
+    assert release.get(job)["status"].get("succeeded") == 1
+    label = "app.kubernetes.io/component"
+    pods = [p for p in pods if p["metadata"]["labels"][label] != "migrate"]
+    by_component = {p["metadata"]["labels"][label]: p for p in pods}
     assert set(by_component) - {"worker"} == {"api", "operator", "redis", "postgresql", "s3"}
     for component, pod in by_component.items():
         assert _ready(pod), (component, pod["status"])
@@ -467,6 +508,58 @@ def test_helm_upgrade_rolls_every_pod_mid_batch_and_loses_no_file(release: PodsD
     assert not old & {p["metadata"]["uid"] for p in new}, "every API and operator pod replaced"
     config = release.get("configmap", f"{RELEASE}-config")["data"]
     assert config["PDFQUEUE_METRICS_INTERVAL_S"] == "4", config
+    # the pre-upgrade hook's Job is deleted once it succeeded, the install's with the old release
+    jobs = [j for j in release.get("jobs")["items"] if not j["metadata"].get("deletionTimestamp")]
+    assert not jobs, [j["metadata"]["name"] for j in jobs]
+
+
+def test_helm_upgrade_from_the_previous_release_migrates_in_its_hook_mid_batch(
+    previous_release: PodsDriver,
+) -> None:
+    """From the chart at git main's HEAD (its API pods migrated in an init container) to this
+    one with a batch in flight: the pre-upgrade hook Job migrates (only this release's runner
+    grows pdfqueue_migrations by its version columns), the rollout completes, the batch too."""
+    release = previous_release
+    files = 200
+    previous_images = release.values[-1]
+    with _client(release) as client:
+        batch_id, expected = _upload(release, client, files, seed=23)
+        _wait_running_workers(release)
+        images = release.workdir / "current-images.yaml"
+        images.write_text(yaml.safe_dump(_image_values()))
+        release.values = [*release.values[:-1], str(images)]
+        # main's code first, then this branch's
+        before, after = (yaml.safe_load(Path(f).read_text()) for f in (previous_images, images))
+        assert before["api"]["image"]["tag"] != after["api"]["image"]["tag"]
+        release.helm("upgrade", RELEASE, str(CHART), *release.values, "--wait", "--timeout", "10m")
+        _finish(release, client, batch_id, expected, files)
+    events = release.get("events", "--field-selector", f"involvedObject.name={RELEASE}-migrate")
+    reasons = {e["reason"] for e in events["items"] if e["involvedObject"]["kind"] == "Job"}
+    assert "Completed" in reasons, reasons  # the hook's Job ran to the end (then was deleted)
+    assert not release.get("jobs")["items"]
+    columns = asyncio.run(_migration_columns(release.database_url()))
+    assert {"number", "min_compatible"} <= columns, columns
+    for component in ("api", "worker", "operator"):
+        for pod in release.pods(component):
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            assert "initContainers" not in pod["spec"], pod["metadata"]["name"]
+            tag = pod["spec"]["containers"][0]["image"].rsplit(":", 1)[1]
+            assert tag in images.read_text(), (pod["metadata"]["name"], tag)
+
+
+async def _migration_columns(dsn: str) -> set[str]:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'pdfqueue_migrations'"
+        )
+    finally:
+        await conn.close()
+    return {r["column_name"] for r in rows}
 
 
 def test_helm_test_passes(release: PodsDriver) -> None:

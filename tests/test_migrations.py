@@ -206,12 +206,7 @@ async def test_0004_builds_its_indexes_without_blocking_writes(
         await busy.start()
         await writer.execute("LOCK TABLE pdfqueue_files IN ROW EXCLUSIVE MODE")
         running = asyncio.create_task(migrate(conn, upto=LISTING))
-        while not await other.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query ILIKE '%CREATE INDEX%pdfqueue_files%'"
-        ):
-            assert not running.done(), running
-            await asyncio.sleep(0.05)
+        await _until_an_index_build_waits(other, running)
         # lock_timeout: how long a write may be held up by a lock before it gives up
         await other.execute("SET lock_timeout = '2s'")
         await other.execute(
@@ -225,6 +220,46 @@ async def test_0004_builds_its_indexes_without_blocking_writes(
         await writer.close()
         await other.close()
     assert (await schema.read_version(conn)).version == LISTING
+
+
+async def test_a_migrate_killed_in_a_concurrent_build_is_finished_by_the_next(
+    conn: asyncpg.Connection, fresh_dsn: str
+) -> None:
+    await migrate(conn, upto=LISTING - 1)
+    writer = await asyncpg.connect(fresh_dsn)
+    killed = await schema.connect_for_migrations(fresh_dsn)
+    try:
+        busy = writer.transaction()  # holds the build in its wait, as a long one would be
+        await busy.start()
+        await writer.execute("LOCK TABLE pdfqueue_files IN ROW EXCLUSIVE MODE")
+        running = asyncio.create_task(migrate(killed, upto=LISTING))
+        await _until_an_index_build_waits(conn, running)
+        pid = killed.get_server_pid()
+        assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+        with pytest.raises(DatabaseUnavailable):
+            await running
+        await busy.rollback()
+    finally:
+        await writer.close()
+        killed.terminate()
+    assert (await schema.read_version(conn)).version == LISTING - 1  # not recorded
+    left = await _index(conn, "pdfqueue_files_by_outcome")
+    assert left is not None
+    assert not left[0]  # INVALID: the build was interrupted
+    assert await migrate(conn) == _names()[LISTING - 1 :]
+    for name in ("pdfqueue_files_by_outcome", "pdfqueue_files_by_name"):
+        assert (await _index(conn, name) or (False, ""))[0], name
+
+
+async def _until_an_index_build_waits(
+    conn: asyncpg.Connection, running: asyncio.Task[object]
+) -> None:
+    while not await conn.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query ILIKE '%CREATE INDEX%pdfqueue_files%'"
+    ):
+        assert not running.done(), running
+        await asyncio.sleep(0.05)
 
 
 async def test_a_migrate_waits_for_the_one_running(
@@ -336,3 +371,15 @@ async def test_workers_and_the_operator_wait_for_the_schema(
     await migrate(conn)
     stores = await asyncio.wait_for(opening, 30)
     await stores.close()
+
+
+async def test_pdfqueue_migrate_reports_the_version_it_left(
+    settings: Settings, fresh_dsn: str
+) -> None:
+    from pdfqueue.runtime.provision import provision
+
+    done = await provision(settings.model_copy(update={"database_url": fresh_dsn}))
+    assert done.migrations == _names()
+    assert done.schema == schema.SchemaVersion(LATEST, 0)
+    again = await provision(settings.model_copy(update={"database_url": fresh_dsn}))
+    assert again.migrations == []

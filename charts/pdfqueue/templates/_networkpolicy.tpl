@@ -112,6 +112,9 @@ Call with (dict "ctx" $ "component" "redis" "bundled" BOOL "port" N "external" .
 Call with (dict "ctx" $ "component" "redis" "port" "redis"). */}}
 {{- define "pdfqueue.netpol.bundled" -}}
 {{- $ctx := dict "ctx" .ctx "component" .component }}
+{{- /* The migration Job uses the database and the bucket, never Redis. */}}
+{{- $clients := list "api" "worker" "operator" }}
+{{- if ne .component "redis" }}{{ $clients = append $clients "migrate" }}{{ end }}
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
@@ -123,7 +126,7 @@ spec:
   policyTypes: [Ingress, Egress]
   ingress:
     - from:
-        {{- include "pdfqueue.netpol.releasePods" (dict "ctx" .ctx "components" (list "api" "worker" "operator")) | nindent 8 }}
+        {{- include "pdfqueue.netpol.releasePods" (dict "ctx" .ctx "components" $clients) | nindent 8 }}
       ports:
         - port: {{ .port }}
           protocol: TCP

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import asyncpg
 from redis.asyncio import Redis
 
-from pdfqueue.domain.errors import DatabaseUnavailable, SchemaNotReady
+from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, SchemaNotReady
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser
 from pdfqueue.lifecycle import Lifecycle
@@ -128,7 +128,7 @@ async def _schema_when_ready(pool: asyncpg.Pool, role: Role) -> None:
     while True:
         try:
             await schema.require(pool)
-        except (SchemaNotReady, DatabaseUnavailable) as exc:
+        except (SchemaNotReady, DatabaseSchemaError, DatabaseUnavailable) as exc:
             log.warning("%s: waiting for the schema: %s", role.name, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, SCHEMA_RETRY_MAX_S)

@@ -197,7 +197,8 @@ async def migrate(
             applied.append(migration.name)
         return applied
     finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATIONS_LOCK)
+        if not conn.is_closed():  # a lost connection has released its lock already
+            await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATIONS_LOCK)
 
 
 async def _lock(conn: asyncpg.Connection) -> None:
