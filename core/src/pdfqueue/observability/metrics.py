@@ -140,6 +140,10 @@ OPERATOR_REPLICAS = _Gauge(
     "pdfqueue_operator_replicas",
     "Ready replicas of the worker Deployment as the operator last saw them.",
 )
+OPERATOR_LEADER = _Gauge(
+    "pdfqueue_operator_leader",
+    "1 on the operator process holding the Lease (the one that acts), 0 on standbys.",
+)
 OPERATOR_SCALING_DECISIONS = _Counter(
     "pdfqueue_operator_scaling_decisions",
     "Changes of the worker Deployment's replicas made by the operator (direction: up, down).",
@@ -172,7 +176,10 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
         RETRIES,
         WORKER_MAX_JOBS,
     ),
+    # Leader only: a standby's zeros would read as a fleet that wants no workers.
     "operator": (OPERATOR_DESIRED_REPLICAS, OPERATOR_REPLICAS, OPERATOR_SCALING_DECISIONS),
+    # Every operator process, leader or standby.
+    "election": (OPERATOR_LEADER,),
 }
 _registered: set[int] = set()
 
@@ -198,7 +205,8 @@ _initialize()
 
 def register(*components: str) -> None:
     """Export the common metrics and those of `components` ("api", "worker", "operator",
-    "queue" for a process running `pdfqueue.runtime.gauges.QueueGauges`).
+    "election" for every operator process, "queue" for a process running
+    `pdfqueue.runtime.gauges.QueueGauges`).
 
     Idempotent: tests run the API and workers in one process.
     """
@@ -253,3 +261,8 @@ def operator_scaled(previous: int, new: int) -> None:
     """For the operator, when it patches the worker Deployment's replicas."""
     if new != previous:
         OPERATOR_SCALING_DECISIONS.labels("up" if new > previous else "down").inc()
+
+
+def operator_leading(leading: bool) -> None:
+    """For an operator process, whether it holds the Lease now."""
+    OPERATOR_LEADER.set(1 if leading else 0)
