@@ -215,7 +215,7 @@ class OperatorProcess:
         200."""
         async with httpx.AsyncClient() as http:
             try:
-                r = await http.get(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2)
+                r = await http.get(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5)
             except httpx.TransportError:
                 return None
         if r.status_code != 200:

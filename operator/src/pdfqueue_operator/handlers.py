@@ -58,6 +58,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
         hpa_targets,
         leading=memo.get("leading", always),
         identity=memo.get("identity"),
+        stores=memo.pop("stores", None),
+        client=memo.pop("kube", None),
     )
 
 

@@ -5,7 +5,10 @@ kopf's own watch handlers, never the loops this operator runs beside them (nolar
 run one active pod). Instead kopf runs only inside a term (controller-runtime's model):
 
 - A standby runs no kopf at all: nothing watches, scales or patches. It serves `/healthz`
-  and `pdfqueue_operator_leader 0`, and looks at the Lease every retry period.
+  and `pdfqueue_operator_leader 0`, and looks at the Lease every retry period. It has opened
+  its stores and built its Kubernetes client already: the S3 client and the kubernetes API
+  classes (thousands of pydantic models) block the event loop for seconds as they are built,
+  which would starve a new leader's first renewals.
 - Once it holds the Lease it starts kopf (its startup handler builds the stores and starts
   the leader tasks) and renews the Lease until the term ends.
 - SIGTERM (a pod deleted, a rollout): kopf stops its handlers and loops first, then the
@@ -32,6 +35,7 @@ import kopf
 from pdfqueue.domain.errors import ConfigurationError
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
+from pdfqueue.runtime.stores import OPERATOR, Stores
 from pdfqueue_operator import kube
 from pdfqueue_operator.election import Elector, identity_for
 from pdfqueue_operator.health import HealthServer
@@ -44,13 +48,22 @@ EXIT_TERM_LOST = 1
 class Process:
     """One operator process: its memo (what kopf's handlers see) and what `/healthz` says."""
 
-    def __init__(self, settings: Settings, elector: Elector | None, identity: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        elector: Elector | None,
+        identity: str,
+        stores: Stores,
+        client: kube.Kube,
+    ) -> None:
         self.settings = settings
         self.elector = elector
         self.identity = identity
         self.memo = kopf.Memo()
         self.memo.leading = elector.leading if elector else kube.always
         self.memo.identity = identity
+        self.memo.stores = stores  # both taken by the startup handler
+        self.memo.kube = client
 
     @property
     def leading(self) -> bool:
@@ -80,39 +93,41 @@ async def run(settings: Settings, *, namespaces: Collection[str], standalone: bo
     metrics.register("election")
     metrics.serve(settings.metrics_port)
     identity = identity_for(settings.pod_name)
-    if standalone:
-        process = Process(settings, None, identity)
-        metrics.operator_leading(True)
-        health = HealthServer(settings.operator_health_port, process.report)
-        await health.start()
-        try:
-            await _kopf(process, namespaces, asyncio.Event())
-        finally:
-            await health.stop()
-        return 0
     namespace = settings.operator_lease_namespace or kube.own_namespace()
-    if not namespace:
+    if not standalone and not namespace:
         raise ConfigurationError(
             "PDFQUEUE_OPERATOR_LEASE_NAMESPACE is unset and this is not a pod: set it, or run"
             " `pdfqueue operator --standalone` (one replica only)"
         )
     api = await kube.connect(settings.kubeconfig)
-    elector = Elector(
-        api,
-        namespace=namespace,
-        name=settings.operator_lease_name,
-        identity=identity,
-        timing=LeaseTiming.of(settings),
-    )
-    process = Process(settings, elector, identity)
-    metrics.operator_leading(False)
+    elector = None
+    if not standalone:
+        assert namespace is not None
+        elector = Elector(
+            api,
+            namespace=namespace,
+            name=settings.operator_lease_name,
+            identity=identity,
+            timing=LeaseTiming.of(settings),
+        )
+    stores = await Stores.open(settings, OPERATOR)
+    leading = elector.leading if elector else kube.always
+    client = kube.Kube(await kube.connect(settings.kubeconfig), leading, identity)
+    process = Process(settings, elector, identity, stores, client)
+    metrics.operator_leading(elector is None)
     health = HealthServer(settings.operator_health_port, process.report)
     await health.start()
     try:
+        if elector is None:
+            await _kopf(process, namespaces, asyncio.Event())
+            return 0
         return await _elected(process, elector, namespaces)
     finally:
         await health.stop()
         await api.close()
+        if process.memo.get("stores") is not None:  # else the leader's operator closed them
+            await stores.close()
+            await client.close()
 
 
 async def _elected(process: Process, elector: Elector, namespaces: Collection[str]) -> int:

@@ -19,7 +19,7 @@ from pdfqueue.observability import metrics
 from pdfqueue.runtime.stores import OPERATOR, Stores
 from pdfqueue_operator import kube
 from pdfqueue_operator.autoscaler import Autoscaler, Key, WorkerDeployment
-from pdfqueue_operator.kube import always
+from pdfqueue_operator.kube import Kube, always
 from pdfqueue_operator.leader_tasks import (
     LEADER_TASKS,
     LeaderContext,
@@ -50,9 +50,14 @@ class Operator:
         leading: Callable[[], bool] = always,
         identity: str | None = None,
         registry: LeaderTasks = LEADER_TASKS,
+        stores: Stores | None = None,
+        client: Kube | None = None,
     ) -> Operator:
-        stores = await Stores.open(settings, OPERATOR)
-        client = kube.Kube(await kube.connect(settings.kubeconfig), leading, identity)
+        """`stores` and `client` built beforehand (by a standby, while it waits) are taken
+        over and closed."""
+        stores = stores or await Stores.open(settings, OPERATOR)
+        if client is None:
+            client = kube.Kube(await kube.connect(settings.kubeconfig), leading, identity)
         reconciler = BatchReconciler(
             settings,
             stores.redis,
