@@ -162,6 +162,10 @@ async def scaled_by(kube: Cluster, namespace: str) -> set[str | None]:
     return {e.get("reportingInstance") for e in found if e["reason"] in SCALED}
 
 
+async def _reported(kube: Cluster, namespace: str, identity: str) -> bool:
+    return identity in await scaled_by(kube, namespace)
+
+
 def scaling_lines(lines: list[str]) -> list[str]:
     return [line for line in lines if ": scale up from" in line or ": scale down from" in line]
 
@@ -188,6 +192,7 @@ async def test_the_standby_takes_over_within_15_s_when_the_leader_vanishes(
     async with watch_replicas(kube, namespace, "workers") as timeline:
         await backlog(redis, queue, range(10))  # 2 replicas
         await replicas_become(timeline, 2, "scaled by the leader", 20)
+        await wait_until_async(lambda: _reported(kube, namespace, a), "its Event posted", 10)
         await backlog(redis, queue, range(10, 20))  # 4: the leader vanishes mid-scale-up
         first.proc.send_signal(signal.SIGKILL)  # a node gone: no release, no goodbye
         killed_at = time.monotonic()
@@ -195,6 +200,7 @@ async def test_the_standby_takes_over_within_15_s_when_the_leader_vanishes(
         took_s = await takeover(sampler, b, killed_at)
         await replicas_become(timeline, 4, "scaled by the new leader", 30)
 
+    print(f"takeover after SIGKILL: {took_s:.2f}s")  # shown with -s
     assert took_s <= TAKEOVER_S, f"takeover after {took_s:.1f}s"
     assert sampler.holders() == [a, b]
     lease = await sampler.lease()
@@ -235,8 +241,10 @@ async def test_a_leader_that_stops_hands_over_without_waiting_out_the_lease(
         await replicas_become(timeline, 4, "scaled by the new leader", 20)
 
     # Without the release b could take over only a lease duration (8 s) after a's last
-    # renewal, which a kept up until it exited. With it, one poll of b after a has gone.
-    assert took_s - exited_s < 8.0, (took_s, exited_s)
+    # renewal, which a kept up until it exited. With it, one poll of b (at most 1.65 s)
+    # after a has gone; 5 s leaves room for a loaded machine.
+    print(f"takeover after SIGTERM: {took_s:.2f}s, of which exiting {exited_s:.2f}s")
+    assert took_s - exited_s < 5.0, (took_s, exited_s)
     assert took_s <= TAKEOVER_S
     released = [line for line in first.log_lines() if f"released by {a}" in line]
     assert released, first.tail()

@@ -14,7 +14,7 @@ run one active pod). Instead kopf runs only inside a term (controller-runtime's 
 - SIGTERM (a pod deleted, a rollout): kopf stops its handlers and loops first, then the
   Lease is released (holder emptied), so a standby takes over on its next look.
 - A renewal not accepted before the renew deadline ends the term: the leader tasks are
-  cancelled at once, kopf is given until half the stop budget to stop, and the process exits
+  cancelled at once, then kopf, which has half the stop budget to end; the process exits
   (status 1) in any case before a standby may take over; the kubelet restarts it as a standby.
 """
 
@@ -119,7 +119,7 @@ async def run(settings: Settings, *, namespaces: Collection[str], standalone: bo
     await health.start()
     try:
         if elector is None:
-            await _kopf(process, namespaces, asyncio.Event())
+            await _kopf(process, namespaces)
             return 0
         return await _elected(process, elector, namespaces)
     finally:
@@ -148,48 +148,54 @@ async def _elected(process: Process, elector: Elector, namespaces: Collection[st
         await elector.release()
         return 0
     term = asyncio.create_task(elector.hold(), name="lease-renewal")
-    kopf_stop = asyncio.Event()
-    operator = asyncio.create_task(_kopf(process, namespaces, kopf_stop), name="kopf")
-    # kopf handles SIGTERM itself once it has started; one that arrives before is ours to pass on.
+    operator = asyncio.create_task(_kopf(process, namespaces), name="kopf")
+    # kopf handles SIGTERM itself once it has started; one that arrives before is ours.
     await asyncio.wait({term, operator, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-    if stop_wait.done() and not operator.done():
-        kopf_stop.set()
-        await asyncio.wait({term, operator}, return_when=asyncio.FIRST_COMPLETED)
     stop_wait.cancel()
     if term.done():
-        return await _term_lost(process, elector, operator, kopf_stop)
+        return await _stop_acting(process, elector, operator, lost=True)
+    if not operator.done():  # our own SIGTERM, before kopf took the signals over
+        await _stop_acting(process, elector, operator, lost=False)
     # kopf stopped (a signal, or a crash): it has stopped acting, its loops included.
     term.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await term
     await elector.release()
-    if operator.exception() is not None:
+    if not operator.cancelled() and operator.exception() is not None:
         log.error("the operator stopped", exc_info=operator.exception())
         return 1
     return 0
 
 
-async def _term_lost(
-    process: Process, elector: Elector, operator: asyncio.Task[None], kopf_stop: asyncio.Event
+async def _stop_acting(
+    process: Process, elector: Elector, operator: asyncio.Task[None], *, lost: bool
 ) -> int:
+    """Cancel the leader tasks at once, then kopf; when the term is lost, exit in any case
+    within half the stop budget (a standby may take over when it runs out)."""
     process.halt()  # the leader tasks first: they are what writes most
-    kopf_stop.set()
+    operator.cancel()
     grace_s = elector.timing.stop_budget_s / 2
     done, _ = await asyncio.wait({operator}, timeout=grace_s)
-    if not done:
+    if not done and lost:
         log.error("kopf did not stop within %gs of losing the Lease: exiting now", grace_s)
         logging.shutdown()
         sys.stdout.flush()
         os._exit(EXIT_TERM_LOST)
+    if not done:
+        await asyncio.wait({operator})
     return EXIT_TERM_LOST
 
 
-async def _kopf(process: Process, namespaces: Collection[str], stop: asyncio.Event) -> None:
-    """kopf's operator with our memo; no kopf peering (the Lease decides) nor kopf liveness."""
+async def _kopf(process: Process, namespaces: Collection[str]) -> None:
+    """kopf's operator with our memo; no kopf peering (the Lease decides) nor kopf liveness.
+
+    No stop flag: given one, kopf leaves its waiter task pending when a signal stops it, then
+    waits 5 s for that "hung" task, and the Lease would be released that much later. It is
+    stopped by cancelling it instead.
+    """
     await kopf.operator(
         clusterwide=not namespaces,
         namespaces=namespaces,
         standalone=True,
-        stop_flag=stop,
         memo=process.memo,
     )
