@@ -185,8 +185,19 @@ def test_schema_covers_every_value_and_nothing_else() -> None:
             "worker.jobCompletionWaitSeconds (30) must exceed worker.jobTimeoutSeconds + 5 (35)",
         ),
         (
-            ["--set", "operator.updateStrategy.type=RollingUpdate"],
-            "operator.updateStrategy.type=RollingUpdate runs two operators during a rollout",
+            ["--set", "operator.leaderElection.renewDeadlineSeconds=7"],
+            "renewDeadlineSeconds (7) must be at most leaseDurationSeconds - 2 (6)",
+        ),
+        (
+            ["--set", "operator.leaderElection.retryPeriodSeconds=5"],
+            "retryPeriodSeconds (5) x 1.1 must be below renewDeadlineSeconds (5)",
+        ),
+        (["--set", "operator.replicas=0"], "/operator/replicas"),
+        (["--set", "operator.peering=true"], "additional properties 'peering' not allowed"),
+        (["--set", "operator.pdb.maxUnavailable=0"], "/operator/pdb/maxUnavailable"),
+        (
+            ["--set", "api.topologySpread.whenUnsatisfiable=Never"],
+            "/api/topologySpread/whenUnsatisfiable",
         ),
         (["--set", "worker.updateStrategy.type=Sideways"], "/worker/updateStrategy/type"),
         (["--set", "api.livenessProbe.periodSeconds=0"], "/api/livenessProbe/periodSeconds"),
@@ -434,7 +445,8 @@ def test_update_strategies_are_values() -> None:
         "default",
         *("--set", "api.updateStrategy.rollingUpdate.maxUnavailable=0"),
         *("--set", "worker.updateStrategy.rollingUpdate.maxSurge=2"),
-        *("--set", "operator.peering=true,operator.updateStrategy.type=RollingUpdate"),
+        *("--set", "operator.updateStrategy.type=Recreate"),
+        *("--set", "operator.updateStrategy.rollingUpdate=null"),
     )
     assert tuned.one("Deployment", "-api")["spec"]["strategy"] == {
         "type": "RollingUpdate",
@@ -442,14 +454,15 @@ def test_update_strategies_are_values() -> None:
     }
     worker = tuned.one("Deployment", "-worker")["spec"]["strategy"]
     assert worker["rollingUpdate"] == {"maxSurge": 2, "maxUnavailable": 0}
-    assert tuned.one("Deployment", "-operator")["spec"]["strategy"] == {"type": "RollingUpdate"}
+    assert tuned.one("Deployment", "-operator")["spec"]["strategy"] == {"type": "Recreate"}
 
 
 STRATEGIES = {
     "api": {"type": "RollingUpdate"},
     # new workers start before old ones drain: no dip in throughput during a rollout
     "worker": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
-    "operator": {"type": "Recreate"},  # two kopf operators without peering both scale workers
+    # only the Lease's holder acts: a new replica stands by until the old leader releases
+    "operator": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
 }
 
 
@@ -771,15 +784,22 @@ def test_network_policies_admit_only_this_releases_pdfqueue_pods() -> None:
         assert "namespaceSelector" not in peer  # only pods of the release's own namespace
 
 
-def test_operator_runs_alone_with_kopf_liveness() -> None:
+def test_operator_replicas_elect_one_leader_through_a_lease() -> None:
     rendered = render("default")
     op = rendered.one("Deployment", "-operator")
-    assert op["spec"]["replicas"] == 1
-    assert op["spec"]["strategy"] == {"type": "Recreate"}
+    assert op["spec"]["replicas"] == 2
     (c,) = op["spec"]["template"]["spec"]["containers"]
-    assert c["args"] == ["operator", "--namespace=pdfqueue", "--standalone"]
+    assert c["args"] == ["operator", "--namespace=pdfqueue"]  # elected: never --standalone
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {"name": "health", "containerPort": 8080, "protocol": "TCP"} in c["ports"]
+    env = _env_of(rendered, "operator")
+    assert {k: v for k, v in env.items() if "_LEASE_" in k} == {
+        "PDFQUEUE_OPERATOR_LEASE_NAME": "pq-pdfqueue-operator",
+        "PDFQUEUE_OPERATOR_LEASE_NAMESPACE": "pdfqueue",
+        "PDFQUEUE_OPERATOR_LEASE_DURATION_S": "8",
+        "PDFQUEUE_OPERATOR_LEASE_RENEW_DEADLINE_S": "5",
+        "PDFQUEUE_OPERATOR_LEASE_RETRY_PERIOD_S": "1.5",
+    }
     role = rendered.one("Role", "-operator")
     comments = (CHART / "templates/operator/_rbac.tpl").read_text()
     assert "# framework:" in comments
@@ -794,11 +814,66 @@ def test_operator_runs_alone_with_kopf_liveness() -> None:
     assert verbs[("apps", "deployments/scale")] == {"get", "patch"}
     assert "delete" not in set().union(*verbs.values())
     assert not any(r == "secrets" for _, r in verbs)
+    for variant in ("default", "ingress"):  # namespaced and cluster-wide alike
+        election = render(variant).one("Role", "-operator-leader-election")
+        assert election["metadata"]["namespace"] == "pdfqueue"
+        assert election["rules"] == [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": ["pq-pdfqueue-operator"],
+                "verbs": ["get", "update", "patch"],
+            },
+        ]
+        binding = render(variant).one("RoleBinding", "-operator-leader-election")
+        assert binding["roleRef"]["name"] == "pq-pdfqueue-operator-leader-election"
     wide = render("ingress").one("ClusterRole", "-operator-pdfqueue")
     assert any("pdfbatches" in rule["resources"] for rule in wide["rules"])
     assert render("ingress").one("Deployment", "-operator")["spec"]["template"]["spec"][
         "containers"
-    ][0]["args"] == ["operator", "--standalone"]
+    ][0]["args"] == ["operator"]
+
+
+def test_operator_and_api_spread_over_nodes_and_keep_one_pod_through_a_drain() -> None:
+    rendered = render("default")
+    for component in ("operator", "api"):
+        pod = rendered.one("Deployment", f"-{component}")["spec"]["template"]["spec"]
+        assert pod["topologySpreadConstraints"] == [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {
+                    "matchLabels": {
+                        "app.kubernetes.io/name": "pdfqueue",
+                        "app.kubernetes.io/instance": "pq",
+                        "app.kubernetes.io/component": component,
+                    }
+                },
+            }
+        ], component
+    pdb = rendered.one("PodDisruptionBudget", "-operator")["spec"]
+    assert pdb == {
+        "maxUnavailable": 1,
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "pdfqueue",
+                "app.kubernetes.io/instance": "pq",
+                "app.kubernetes.io/component": "operator",
+            }
+        },
+    }
+    assert rendered.one("PodDisruptionBudget", "-api")["spec"]["minAvailable"] == 1
+    off = render(
+        "default",
+        *("--set", "operator.topologySpread.enabled=false,api.topologySpread.enabled=false"),
+        *("--set", "operator.pdb.enabled=false"),
+    )
+    for component in ("operator", "api"):
+        pod = off.one("Deployment", f"-{component}")["spec"]["template"]["spec"]
+        assert "topologySpreadConstraints" not in pod
+    assert not [o for o in off.all("PodDisruptionBudget") if "-operator" in o["metadata"]["name"]]
 
 
 def _rules(objects: list[dict[str, Any]]) -> set[tuple[str, str, frozenset[str]]]:
@@ -826,27 +901,6 @@ def test_operator_rbac_mirrors_the_operators_own_manifests(variant: str) -> None
         if o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
     ]
     assert _rules(chart) == _rules(own)
-    peering = [
-        d
-        for d in yaml.safe_load_all((ROOT / "k8s/rbac/operator-peering.yaml").read_text())
-        if d and d["kind"] == "ClusterRole"
-    ]
-    with_peering = Rendered.parse(
-        template(
-            "-f",
-            str(values_file("default")),
-            "--set",
-            "operator.peering=true",
-            "--set",
-            "operator.clusterWide=true",
-        )
-    )
-    chart = [
-        o
-        for o in with_peering.all("ClusterRole")
-        if o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
-    ]
-    assert _rules(chart) - _rules(own) == _rules(peering)
 
 
 def test_the_cluster_wide_overlay_grants_the_namespaced_roles_rules_everywhere() -> None:
@@ -854,7 +908,7 @@ def test_the_cluster_wide_overlay_grants_the_namespaced_roles_rules_everywhere()
     (role,) = [
         d
         for d in yaml.safe_load_all((ROOT / "k8s/rbac/operator.yaml").read_text())
-        if d and d["kind"] == "Role"
+        if d and d["kind"] == "Role" and d["metadata"]["name"] == "pdfqueue-operator"
     ]
     (wide,) = [
         d
@@ -1220,6 +1274,9 @@ def test_operator_service_account_gets_exactly_its_rights(cluster: KubeCluster) 
         ("patch", "pods"),
         ("list", "horizontalpodautoscalers.autoscaling"),
         ("create", "events"),
+        ("create", "leases.coordination.k8s.io"),
+        ("get", "leases.coordination.k8s.io/rb-pdfqueue-operator"),
+        ("update", "leases.coordination.k8s.io/rb-pdfqueue-operator"),
     ]
     for verb, resource, *extra in allowed:
         assert can(verb, resource, "-n", ns, *extra), (verb, resource, extra)
@@ -1232,6 +1289,8 @@ def test_operator_service_account_gets_exactly_its_rights(cluster: KubeCluster) 
         ("delete", "pods"),
         ("create", "pdfbatches.pdfqueue.io"),
         ("delete", "pdfbatches.pdfqueue.io"),
+        ("update", "leases.coordination.k8s.io/kube-controller-manager"),  # only its own Lease
+        ("delete", "leases.coordination.k8s.io/rb-pdfqueue-operator"),
     ]
     for verb, resource in denied:
         assert not can(verb, resource, "-n", ns), (verb, resource)

@@ -48,16 +48,11 @@ GRAFANA_VARIABLES = {
 }
 OPERATOR_STAND_IN = """
 import sys, time
-from prometheus_client import Gauge
 from pdfqueue.observability import metrics
-metrics.register("operator")
+metrics.register("operator", "election")
 metrics.operator_observed(desired=2, ready=1)
 metrics.operator_scaled(1, 2)
-try:  # the leader's gauge, once the operator's election exports it
-    metrics.register("election")
-    metrics.operator_leading(True)
-except (KeyError, AttributeError):
-    Gauge("pdfqueue_operator_leader", "1 on the operator holding the Lease").set(1)
+metrics.operator_leading(True)
 metrics.serve(int(sys.argv[1]), addr="127.0.0.1")
 while True:
     time.sleep(1)

@@ -470,16 +470,19 @@ def test_k8s_operator_is_namespaced() -> None:
     assert operator["spec"]["template"]["spec"]["containers"][0]["args"] == [
         "operator",
         "--namespace=pdfqueue",
-        "--standalone",
     ]
     rbac = [d for d in yaml.safe_load_all((ROOT / "k8s/rbac/operator.yaml").read_text()) if d]
     for role in [d for d in rbac if d["kind"] == "ClusterRole"]:  # only reads at cluster scope
         for rule in role["rules"]:
             assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule  # read-only
             assert set(rule["resources"]) <= {"customresourcedefinitions", "namespaces"}, rule
-    (role,) = [d for d in rbac if d["kind"] == "Role"]
-    assert role["metadata"]["namespace"] == "pdfqueue"
-    assert any("pods" in r["resources"] for r in role["rules"])
+    roles = [d for d in rbac if d["kind"] == "Role"]  # its own, and its leader election's
+    assert {r["metadata"]["name"] for r in roles} == {
+        "pdfqueue-operator",
+        "pdfqueue-operator-leader-election",
+    }
+    assert {r["metadata"]["namespace"] for r in roles} == {"pdfqueue"}
+    assert any("pods" in rule["resources"] for r in roles for rule in r["rules"])
 
 
 def kustomize(path: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -571,10 +574,9 @@ def test_cluster_wide_is_an_explicit_overlay(k8s_copy: Path) -> None:
         for d in docs
         if d["kind"] == "Deployment" and d["metadata"]["name"] == "pdfqueue-operator"
     )
-    assert operator["spec"]["template"]["spec"]["containers"][0]["args"] == [
-        "operator",
-        "--standalone",
-    ]
+    assert operator["spec"]["template"]["spec"]["containers"][0]["args"] == ["operator"]
+    # the Lease stays in namespace pdfqueue, so does the right to it
+    assert ("Role", "pdfqueue-operator-leader-election") in kinds
     namespaced = [d for d in yaml.safe_load_all(kustomize(k8s_copy).stdout) if d]
     assert [
         d

@@ -5,7 +5,7 @@ ports). Every kubectl call names its kubeconfig, checked to be that control plan
 KUBECONFIG or another cluster is never touched. The operator runs as `pdfqueue operator` with
 the token of its own ServiceAccount (k8s/rbac/operator.yaml plus the cluster-wide rules of
 k8s/cluster-wide/operator-rbac.yaml, since each test watches namespaces of its own), never as
-admin.
+admin; `--standalone` unless a test asks for leader election, on the Lease its Role names.
 """
 
 from __future__ import annotations
@@ -203,18 +203,42 @@ class OperatorProcess:
     env: dict[str, str] = field(repr=False)
 
     async def wait_ready(self, timeout_s: float = 60) -> None:
+        async def healthy() -> bool | None:
+            if self.proc.returncode is not None:
+                raise AssertionError(f"operator exited:\n{self.tail()}")
+            return await self.health() is not None or None
+
+        await wait_until_async(healthy, "healthy", timeout_s)
+
+    async def health(self) -> dict[str, Any] | None:
+        """What /healthz says (role, identity, holder, loop ages), or None if it does not answer
+        200."""
         async with httpx.AsyncClient() as http:
+            try:
+                r = await http.get(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5)
+            except httpx.TransportError:
+                return None
+        if r.status_code != 200:
+            return None
+        found: dict[str, Any] = r.json()
+        return found
 
-            async def healthy() -> bool | None:
-                if self.proc.returncode is not None:
-                    raise AssertionError(f"operator exited:\n{self.tail()}")
-                try:
-                    r = await http.get(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2)
-                except httpx.TransportError:
-                    return None
-                return r.status_code == 200 or None
+    async def identity(self) -> str:
+        body = await self.health()
+        assert body is not None, self.tail()
+        return str(body["identity"])
 
-            await wait_until_async(healthy, "healthy", timeout_s)
+    async def metric(self, name: str) -> float | None:
+        """One unlabelled sample of this process's /metrics (None: not exported)."""
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"http://127.0.0.1:{self.metrics_port}/metrics")).text
+        for line in text.splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+        return None
+
+    def log_lines(self) -> list[str]:
+        return self.log.read_text(errors="replace").splitlines()
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -234,12 +258,18 @@ StartOperator = Callable[..., Awaitable[OperatorProcess]]
 
 @pytest.fixture
 async def start_operator(
-    operator_kubeconfig: Path, settings: Settings, tmp_path: Path
+    kube: Cluster, operator_kubeconfig: Path, settings: Settings, tmp_path: Path
 ) -> AsyncIterator[StartOperator]:
-    """Start the operator for one namespace with this test's queue and storage settings."""
+    """Start the operator for one namespace with this test's queue and storage settings.
+
+    `--standalone` (it acts at once) unless `elected`: then it campaigns for the Lease of
+    k8s/rbac/operator.yaml in the session's system namespace, as a pod named `pod` would.
+    """
     running: list[OperatorProcess] = []
 
-    async def start(namespace: str, **overrides: str) -> OperatorProcess:
+    async def start(
+        namespace: str, *, elected: bool = False, pod: str | None = None, **overrides: str
+    ) -> OperatorProcess:
         env = {
             k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "PDFQUEUE_KUBE"))
         }
@@ -256,6 +286,8 @@ async def start_operator(
             "PDFQUEUE_OPERATOR_STATUS_INTERVAL_S": "0.25",
             # the example manifests' tenant (k8s/examples/pdfbatch.yaml)
             "PDFQUEUE_OPERATOR_NAMESPACE_TENANTS": f"{namespace}:hr",
+            "PDFQUEUE_OPERATOR_LEASE_NAMESPACE": kube.system_ns,
+            "HOSTNAME": pod or f"operator-{len(running)}",
             **overrides,
         }
         log = tmp_path / f"operator-{len(running)}.log"
@@ -265,7 +297,7 @@ async def start_operator(
                 "-m",
                 "pdfqueue.cli.main",
                 "operator",
-                "--standalone",
+                *(() if elected else ("--standalone",)),
                 f"--namespace={namespace}",
                 env=env,
                 stdout=out,

@@ -301,7 +301,7 @@ data:
 
 {{/*
 The RoleBinding of a component's Role (of the same name) to its ServiceAccount, in the
-release's namespace. Call with the component's $ctx.
+release's namespace. Call with the component's $ctx (a "suffix" in it ends both names).
 */}}
 {{- define "pdfqueue.roleBinding" -}}
 apiVersion: rbac.authorization.k8s.io/v1
@@ -311,7 +311,7 @@ metadata:
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: Role
-  name: {{ include "pdfqueue.componentName" . }}
+  name: {{ include "pdfqueue.componentName" . }}{{ .suffix | default "" }}
 subjects:
   - kind: ServiceAccount
     name: {{ include "pdfqueue.serviceAccountName" . }}
@@ -395,6 +395,23 @@ Call with .Values.<component>.
 {{ $key }}:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A component's topologySpreadConstraints over its own pods, when its topologySpread is enabled,
+under a pod spec. Call with the component's $ctx.
+*/}}
+{{- define "pdfqueue.topologySpread" -}}
+{{- $spread := (index .ctx.Values .component).topologySpread }}
+{{- if $spread.enabled }}
+topologySpreadConstraints:
+  - maxSkew: {{ $spread.maxSkew }}
+    topologyKey: {{ $spread.topologyKey }}
+    whenUnsatisfiable: {{ $spread.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include "pdfqueue.selectorLabels" . | nindent 8 }}
 {{- end }}
 {{- end }}
 

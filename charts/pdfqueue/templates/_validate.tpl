@@ -7,7 +7,7 @@ value, never its content: tokens and passwords must not reach a CI log.
 {{- define "pdfqueue.validateValues" -}}
 {{- include "pdfqueue.validateAuth" . }}
 {{- include "pdfqueue.validateShutdown" . }}
-{{- include "pdfqueue.validateOperatorStrategy" . }}
+{{- include "pdfqueue.validateLeaderElection" . }}
 {{- include "pdfqueue.validatePasswords" . }}
 {{- include "pdfqueue.validateExtraEnv" . }}
 {{- include "pdfqueue.validateSourcePrefix" . }}
@@ -31,10 +31,16 @@ The shutdown rule: terminationGracePeriodSeconds > jobCompletionWaitSeconds > jo
 {{- end }}
 {{- end }}
 
-{{/* Two operators at once both scale the workers: a rolling update needs kopf peering. */}}
-{{- define "pdfqueue.validateOperatorStrategy" -}}
-{{- if and (eq .Values.operator.updateStrategy.type "RollingUpdate") (not .Values.operator.peering) }}
-{{- fail "operator.updateStrategy.type=RollingUpdate runs two operators during a rollout: keep Recreate, or set operator.peering=true" }}
+{{/* The Lease's timing, as the operator checks it (pdfqueue.domain.settings): retry x 1.1 <
+renew deadline <= lease duration - 2 s, so a leader that cannot renew stops before a standby
+may take over. */}}
+{{- define "pdfqueue.validateLeaderElection" -}}
+{{- $e := .Values.operator.leaderElection }}
+{{- if not (lt (mulf (float64 $e.retryPeriodSeconds) 1.1) (float64 $e.renewDeadlineSeconds)) }}
+{{- fail (printf "operator.leaderElection.retryPeriodSeconds (%v) x 1.1 must be below renewDeadlineSeconds (%v): a leader needs more than one try to renew" $e.retryPeriodSeconds $e.renewDeadlineSeconds) }}
+{{- end }}
+{{- if gt (float64 $e.renewDeadlineSeconds) (subf (float64 $e.leaseDurationSeconds) 2.0) }}
+{{- fail (printf "operator.leaderElection.renewDeadlineSeconds (%v) must be at most leaseDurationSeconds - 2 (%v): a leader that cannot renew must stop before a standby takes over" $e.renewDeadlineSeconds (subf (float64 $e.leaseDurationSeconds) 2.0)) }}
 {{- end }}
 {{- end }}
 

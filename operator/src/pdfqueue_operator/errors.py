@@ -1,8 +1,14 @@
-"""Why the operator refuses a PdfBatch: each a permanent error, named as its status reason."""
+"""Why the operator refuses a PdfBatch (each a permanent error, named as its status reason),
+and why it does not act at all."""
 
 from __future__ import annotations
 
-from pdfqueue.domain.errors import PermanentError
+from pdfqueue.domain.errors import PermanentError, TransientError
+
+
+class NotLeading(TransientError):
+    """This process does not hold the operator's Lease (or its term has run out): it writes
+    nothing to Kubernetes. Raised before a write, never after."""
 
 
 class TenantNotAllowed(PermanentError):

@@ -27,6 +27,7 @@ from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.logging import setup_logging
 from pdfqueue_operator.autoscaler import Key, WorkerDeployment
+from pdfqueue_operator.kube import always
 from pdfqueue_operator.model import PdfBatchObject
 from pdfqueue_operator.runtime import Operator
 from pdfqueue_operator.status import rejected
@@ -49,20 +50,23 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     # log lines. Their text is what the handlers raise: generic, see the module's docstring.
     settings.posting.loggers = True
     settings.posting.level = logging.WARNING
-    memo.operator = await Operator.start(config, worker_deployments, hpa_targets)
+    # kopf runs only in the leader (pdfqueue_operator.main), whose memo says how to tell that
+    # its term still holds; without one (kopf run -m), this process acts alone.
+    memo.operator = await Operator.start(
+        config,
+        worker_deployments,
+        hpa_targets,
+        leading=memo.get("leading", always),
+        identity=memo.get("identity"),
+        stores=memo.pop("stores", None),
+        client=memo.pop("kube", None),
+    )
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if "operator" in memo:
         await memo.operator.close()
-
-
-@kopf.on.probe(id="loops")
-def loops(memo: kopf.Memo, **_: Any) -> dict[str, float]:
-    """Liveness: fails when the autoscaler or status loop has stopped completing."""
-    operator: Operator = memo.operator
-    return operator.health()
 
 
 @kopf.index("apps", "v1", "deployments")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from kubernetes.aio.client.models import CoreV1Event
 from kubernetes.aio.config.config_exception import ConfigException
 
 from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION
+from pdfqueue_operator.errors import NotLeading
 from pdfqueue_operator.model import ObjectRef
 
 log = logging.getLogger(__name__)
@@ -44,17 +45,38 @@ async def connect(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
-class Kube:
-    """Typed shortcuts over one ApiClient; 404 and 409 come back as values, not exceptions."""
+def always() -> bool:
+    return True
 
-    def __init__(self, api: client.ApiClient) -> None:
+
+class Kube:
+    """Typed shortcuts over one ApiClient; 404 and 409 come back as values, not exceptions.
+
+    Every write first asks `leading` (the election's: this process holds the Lease and is
+    within its term) and raises NotLeading if not: a leader paused past its term (a stopped
+    process, a frozen VM) must not write on the moment it wakes, before its election loop
+    has noticed. `instance` names this process in the Events it posts.
+    """
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        leading: Callable[[], bool] = always,
+        instance: str | None = None,
+    ) -> None:
         self.api = api
+        self.leading = leading
+        self.instance = instance
         self.custom = client.CustomObjectsApi(api)
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
 
     async def close(self) -> None:
         await self.api.close()
+
+    def check_leading(self) -> None:
+        if not self.leading():
+            raise NotLeading("this operator does not hold the Lease: it writes nothing")
 
     # --- PdfBatch ---------------------------------------------------------------------------
     async def get_pdfbatch(self, ref: ObjectRef) -> dict[str, Any] | None:
@@ -79,6 +101,7 @@ class Kube:
         uid, so this is what keeps a same-named newer object from getting our counters.
         """
         body = {"metadata": {"resourceVersion": resource_version}, "status": dict(status)}
+        self.check_leading()
         try:
             await self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, ref.namespace, PLURAL, ref.name, body, _request_timeout=TIMEOUT_S
@@ -98,6 +121,7 @@ class Kube:
 
     async def set_replicas(self, namespace: str, name: str, replicas: int) -> None:
         """Through the scale subresource: the Deployment's spec is never written."""
+        self.check_leading()
         await self.apps.patch_namespaced_deployment_scale(
             name,
             namespace,
@@ -114,6 +138,7 @@ class Kube:
         return [p for p in found.items if p.metadata and not p.metadata.deletion_timestamp]
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        self.check_leading()
         await self.core.patch_namespaced_pod(
             name,
             namespace,
@@ -143,7 +168,10 @@ class Kube:
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
         }
+        if self.instance:
+            body["reportingInstance"] = self.instance[:128]
         try:
+            self.check_leading()
             await self.core.create_namespaced_event(
                 involved["namespace"], CoreV1Event.model_validate(body), _request_timeout=TIMEOUT_S
             )

@@ -1,42 +1,41 @@
-"""The operator's long-lived clients and its two loops, built at kopf startup and kept in memo.
+"""The operator's long-lived clients and its loops, built at kopf startup and kept in memo.
 
-The loops are plain tasks, not kopf timers: a kopf timer or daemon puts a finalizer on every
-object it runs for, and a finalizer would block `kubectl delete` while the operator is down.
+kopf itself runs only in the leader (pdfqueue_operator.main), so startup happens once per
+term. The loops are plain tasks, not kopf timers: a kopf timer or daemon puts a finalizer on
+every object it runs for, and a finalizer would block `kubectl delete` while the operator is
+down. They run as leader tasks (leader_tasks.py), beside those other modules register.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import kopf
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
-from pdfqueue.observability.periodic import Periodic
-from pdfqueue.recovery import reconcile_at_start
+from pdfqueue.recovery import reconcile_running
 from pdfqueue.runtime.stores import OPERATOR, Stores
 from pdfqueue_operator import kube
 from pdfqueue_operator.autoscaler import Autoscaler, Key, WorkerDeployment
+from pdfqueue_operator.kube import Kube, always
+from pdfqueue_operator.leader_tasks import (
+    LEADER_TASKS,
+    LeaderContext,
+    LeaderTasks,
+    Running,
+    operator_loop,
+)
 from pdfqueue_operator.reconcile import BatchReconciler
 
 log = logging.getLogger(__name__)
-STALE_TICKS = 20
-"""A loop this many intervals behind fails the liveness probe (and the pod is restarted)."""
-
-
-def operator_loop(name: str, interval_s: float, step: Callable[[], Awaitable[None]]) -> Periodic:
-    """One of the operator's loops; a step that hangs is cut off and tried again."""
-    return Periodic(name, interval_s, step, timeout_s=max(30.0, 10 * interval_s))
-
-
-def check(loop: Periodic) -> float:
-    """Seconds since the loop's last good step; raises (failing the probe) when far too long."""
-    age = loop.age_s()
-    if age > STALE_TICKS * loop.interval_s + 30:
-        raise kopf.PermanentError(f"the {loop.name} loop has not completed for {age:.0f}s")
-    return round(age, 1)
+REBUILD_INTERVAL_S = 30.0
+"""How often the leader looks for running batches whose Redis state or work is lost (the
+workers look too, at start and when Redis's epoch key is gone; this catches the rest: a lagging
+replica, a job deleted by hand, a worker fleet scaled to zero)."""
 
 
 @dataclass
@@ -45,7 +44,7 @@ class Operator:
     stores: Stores
     kube: kube.Kube
     reconciler: BatchReconciler
-    loops: list[Periodic]
+    tasks: Running
 
     @classmethod
     async def start(
@@ -53,10 +52,18 @@ class Operator:
         settings: Settings,
         deployments: kopf.Index[Key, WorkerDeployment],
         hpas: kopf.Index[Key, str],
+        *,
+        leading: Callable[[], bool] = always,
+        identity: str | None = None,
+        registry: LeaderTasks = LEADER_TASKS,
+        stores: Stores | None = None,
+        client: Kube | None = None,
     ) -> Operator:
-        stores = await Stores.open(settings, OPERATOR)
-        await reconcile_at_start(stores.lifecycle)
-        client = kube.Kube(await kube.connect(settings.kubeconfig))
+        """`stores` and `client` built beforehand (by a standby, while it waits) are taken
+        over and closed."""
+        stores = stores or await Stores.open(settings, OPERATOR)
+        if client is None:
+            client = kube.Kube(await kube.connect(settings.kubeconfig), leading, identity)
         reconciler = BatchReconciler(
             settings,
             stores.redis,
@@ -70,18 +77,22 @@ class Operator:
         loops = [
             operator_loop("autoscaler", settings.operator_scale_interval_s, autoscaler.tick),
             operator_loop("status", settings.operator_status_interval_s, reconciler.mirror),
+            operator_loop(
+                "redis-rebuild", REBUILD_INTERVAL_S, partial(reconcile_running, stores.lifecycle)
+            ),
         ]
-        for loop in loops:
-            loop.start()
         metrics.register("operator")
-        metrics.serve(settings.metrics_port)
-        return cls(settings, stores, client, reconciler, loops)
+        tasks = registry.start(LeaderContext(settings, stores, client), loops)
+        return cls(settings, stores, client, reconciler, tasks)
 
     def health(self) -> dict[str, float]:
-        return {f"{each.name}_age_s": check(each) for each in self.loops}
+        return self.tasks.health()
+
+    def halt(self) -> None:
+        """Stop acting now (the term is over); `close` still cleans up afterwards."""
+        self.tasks.halt()
 
     async def close(self) -> None:
-        for loop in self.loops:
-            await loop.stop()
+        await self.tasks.stop()
         await self.kube.close()
         await self.stores.close()

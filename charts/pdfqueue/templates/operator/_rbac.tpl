@@ -1,7 +1,8 @@
 {{/*
 The operator's RBAC rules, shared by its Role (watching the release namespace) and its
-ClusterRole (operator.clusterWide). The same rules as k8s/rbac/operator.yaml and
-k8s/rbac/operator-peering.yaml, the operator's own manifests; tests/test_chart.py compares them.
+ClusterRole (operator.clusterWide), and its leader election's Role (always namespaced). The
+same rules as k8s/rbac/operator.yaml, the operator's own manifests; tests/test_chart.py
+compares them.
 */}}
 
 {{/* framework: what kopf itself needs in every namespace it serves. */}}
@@ -10,12 +11,6 @@ k8s/rbac/operator-peering.yaml, the operator's own manifests; tests/test_chart.p
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-{{- if .Values.operator.peering }}
-# framework: kopf announces itself and watches its peers in the peering object.
-- apiGroups: [kopf.dev]
-  resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end }}
 {{- end }}
 
 {{/* framework: what kopf needs at cluster scope, whatever it watches. */}}
@@ -29,12 +24,6 @@ k8s/rbac/operator-peering.yaml, the operator's own manifests; tests/test_chart.p
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
-{{- if and .Values.operator.peering .Values.operator.clusterWide }}
-# framework: cluster-wide kopf peering.
-- apiGroups: [kopf.dev]
-  resources: [clusterkopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end }}
 {{- end }}
 
 {{/* application: pdfqueue's own reconciliation and worker autoscaling. */}}
@@ -64,4 +53,17 @@ k8s/rbac/operator-peering.yaml, the operator's own manifests; tests/test_chart.p
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, patch]
+{{- end }}
+
+{{/* application: pdfqueue's own leader election (not kopf's peering), in the release namespace. */}}
+{{- define "pdfqueue.operator.leaderElectionRules" -}}
+# application: the first replica creates the Lease (a create cannot name its object).
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [create]
+# application: the replicas read, take, renew and release this one Lease, and no other.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames: [{{ include "pdfqueue.componentName" (dict "ctx" . "component" "operator") }}]
+  verbs: [get, update, patch]
 {{- end }}

@@ -26,6 +26,10 @@ from pdfqueue.domain.errors import ConfigurationError
 
 ARQ_TIMEOUT_MARGIN_S = 5.0
 """Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
+LEASE_JITTER = 0.1
+"""The operator's Lease polls wait retry x (1 + up to this), so that standbys spread out."""
+LEASE_STOP_MARGIN_S = 2.0
+"""Time a leader has between its renew deadline and its lease's end to stop acting."""
 JOBS_PER_PARSER = 4
 """Jobs a worker runs at once per parsing process, unless PDFQUEUE_WORKER_MAX_JOBS says:
 enough that one job's parsing overlaps the others' reads, queries and PUTs."""
@@ -275,7 +279,22 @@ class Settings(BaseSettings):
     )
     """Label selector of the worker Deployments the operator scales."""
     operator_health_port: int = 8080
-    """Port of the operator's liveness endpoint (kopf's `/healthz`)."""
+    """Port of the operator's `/healthz` (leader and standby alike)."""
+    operator_lease_name: str = Field(
+        default="pdfqueue-operator", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+    )
+    """The `coordination.k8s.io` Lease the operator replicas elect their one leader through."""
+    operator_lease_namespace: str | None = None
+    """The Lease's namespace; unset, the pod's own namespace (outside a pod it must be set,
+    unless the operator runs `--standalone`)."""
+    operator_lease_duration_s: int = Field(default=8, ge=2)
+    """How long a standby waits, after it last saw the Lease renewed, before it takes over a
+    leader that vanished (its node died). A leader that shuts down releases it at once."""
+    operator_lease_renew_deadline_s: float = Field(default=5.0, gt=0)
+    """A leader that has not renewed the Lease for this long stops acting and exits; it must be
+    well below the lease duration, so it has stopped before any standby may take over."""
+    operator_lease_retry_period_s: float = Field(default=1.5, gt=0)
+    """How often the leader renews the Lease and a standby looks at it."""
     operator_namespace_tenants: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """`namespace:tenant` pairs, comma separated: the tenant of every PdfBatch in that namespace
     (its `spec.tenant` may only repeat it). `namespace:*` trusts the namespace's writers to name
@@ -460,6 +479,22 @@ class Settings(BaseSettings):
             msg = f"PDFQUEUE_API_TOKENS_FILE cannot be read: {type(exc).__name__}"
             raise ValueError(msg) from None
         return {**data, "api_tokens": tokens.replace("\n", ",")}
+
+    @model_validator(mode="after")
+    def _check_lease_timing(self) -> Settings:
+        """retry < renew deadline < lease duration, with room to stop in between (see
+        pdfqueue_operator.lease)."""
+        retry = self.operator_lease_retry_period_s
+        deadline = self.operator_lease_renew_deadline_s
+        duration = self.operator_lease_duration_s
+        if not retry * (1 + LEASE_JITTER) < deadline <= duration - LEASE_STOP_MARGIN_S:
+            msg = (
+                f"operator lease timing: need PDFQUEUE_OPERATOR_LEASE_RETRY_PERIOD_S ({retry:g})"
+                f" x {1 + LEASE_JITTER:g} < PDFQUEUE_OPERATOR_LEASE_RENEW_DEADLINE_S ({deadline:g})"
+                f" <= PDFQUEUE_OPERATOR_LEASE_DURATION_S ({duration}) - {LEASE_STOP_MARGIN_S:g}"
+            )
+            raise ValueError(msg)
+        return self
 
     @field_validator("api_tokens", mode="before")
     @classmethod

@@ -172,6 +172,10 @@ OPERATOR_REPLICAS = _Gauge(
     "pdfqueue_operator_replicas",
     "Ready replicas of the worker Deployment as the operator last saw them.",
 )
+OPERATOR_LEADER = _Gauge(
+    "pdfqueue_operator_leader",
+    "1 on the operator process holding the Lease (the one that acts), 0 on standbys.",
+)
 OPERATOR_SCALING_DECISIONS = _Counter(
     "pdfqueue_operator_scaling_decisions",
     "Changes of the worker Deployment's replicas made by the operator (direction: up, down).",
@@ -207,7 +211,10 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
     ),
     # Only where a pdfqueue.runtime.progress.StoreGauges task runs: an unset "up" would read 0.
     "postgres": (POSTGRES_UP, BATCH_PROGRESS_AGE),
+    # Leader only: a standby's zeros would read as a fleet that wants no workers.
     "operator": (OPERATOR_DESIRED_REPLICAS, OPERATOR_REPLICAS, OPERATOR_SCALING_DECISIONS),
+    # Every operator process, leader or standby.
+    "election": (OPERATOR_LEADER,),
 }
 _registered: set[int] = set()
 
@@ -240,8 +247,9 @@ _initialize()
 
 def register(*components: str) -> None:
     """Export the common metrics and those of `components` ("api", "worker", "operator",
-    "queue" for a process running `pdfqueue.runtime.gauges.QueueGauges`, "postgres" for one
-    running `pdfqueue.runtime.progress.StoreGauges`).
+    "election" for every operator process, "queue" for a process running
+    `pdfqueue.runtime.gauges.QueueGauges`, "postgres" for one running
+    `pdfqueue.runtime.progress.StoreGauges`).
 
     Idempotent: tests run the API and workers in one process.
     """
@@ -312,3 +320,8 @@ def data_removed(action: str, files: int, objects: int, nbytes: int) -> None:
 def webhook_attempted(result: str) -> None:
     """For a worker, how one attempt at a completion webhook ended (one of WEBHOOK_RESULTS)."""
     WEBHOOK_DELIVERIES.labels(result).inc()
+
+
+def operator_leading(leading: bool) -> None:
+    """For an operator process, whether it holds the Lease now."""
+    OPERATOR_LEADER.set(1 if leading else 0)
