@@ -15,8 +15,10 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
+from pdfqueue.erasure import Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.helpers import ACME, MakeCorpus, RunWorker, upload
@@ -332,3 +334,71 @@ async def test_service_accounts_hold_only_what_they_need(
         check=False,
     )
     assert run.out.strip() == ("yes" if allowed else "no"), run.err
+
+
+async def test_a_purged_batch_keeps_its_end_when_the_operator_resumes(
+    kube: Cluster,
+    namespace: str,
+    start_operator: StartOperator,
+    make_corpus: MakeCorpus,
+    storage: Storage,
+    run_worker: RunWorker,
+    redis: Redis,
+    settings: Settings,
+) -> None:
+    """Retention removes the batch's rows and its source under incoming/; the object keeps the
+    counters it showed. On resume the operator used to register it again: SourceNotFound for
+    ever, or a second run where the source still existed."""
+    _, path = await make_corpus(8, seed=13)
+    await storage.put("incoming/hr/purge-me.zip", path.read_bytes())
+    operator = await start_operator(namespace)
+    await kube.apply(
+        example(storage.url("incoming/hr/purge-me.zip"), "purge-me"), namespace=namespace
+    )
+    await status_when(kube, namespace, "purge-me", accepted, "queued")
+    await run_worker()
+    done = await status_when(
+        kube, namespace, "purge-me", lambda s, _: s.get("phase") == "COMPLETED", "completed"
+    )
+    batch_id = done["status"]["batchId"]
+    await operator.stop()
+
+    pool = await connect(settings.database_url, max_size=2)
+    try:
+        await pool.execute(
+            "UPDATE pdfqueue_batches SET completed_at = now() - interval '1 day' WHERE id = $1",
+            batch_id,
+        )
+        lifecycle = Lifecycle.of(Database(pool, settings.users_table), redis, settings)
+        eraser = Eraser(RetentionStore(pool, settings.users_table), lifecycle, storage, settings)
+        await eraser.purge(older_than_s=3600, tenant="hr")
+        assert (
+            await pool.fetchval("SELECT count(*) FROM pdfqueue_batches WHERE id = $1", batch_id)
+            == 0
+        )
+    finally:
+        await pool.close()
+    assert not await storage.exists("incoming/hr/purge-me.zip")
+
+    await start_operator(namespace)  # resumes every object it finds
+    await kube.apply(  # a new object: proof the operator is up and has reconciled since
+        example(storage.url("incoming/hr/purge-me.zip"), "after-purge"), namespace=namespace
+    )
+    await status_when(
+        kube, namespace, "after-purge", lambda s, _: "SourceNotFound" in str(s), "reconciled"
+    )
+    kept = await kube.get("pdfbatch", "purge-me", namespace)
+    assert kept is not None
+    assert kept["status"]["phase"] == "COMPLETED"
+    assert kept["status"]["processed"] == 8
+    assert await pool_free_batch(settings, batch_id)
+
+
+async def pool_free_batch(settings: Settings, batch_id: str) -> bool:
+    """No batch row came back: the purged batch was not registered again."""
+    pool = await connect(settings.database_url, max_size=1)
+    try:
+        count = await pool.fetchval("SELECT count(*) FROM pdfqueue_batches WHERE id = $1", batch_id)
+    finally:
+        await pool.close()
+    return count == 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.pdfbatch import BATCH_ID_ANNOTATION, DEFAULT_TENANT
 
 
@@ -43,6 +44,8 @@ class PdfBatchObject(BaseModel):
     annotations: dict[str, str] = Field(default_factory=dict)
     spec: PdfBatchSpec
     conditions: list[dict[str, Any]] = Field(default_factory=list)
+    phase: str | None = None
+    """`.status.phase` as the operator last wrote it (None before its first status)."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PdfBatchObject:
@@ -53,7 +56,13 @@ class PdfBatchObject(BaseModel):
             annotations=dict(meta.get("annotations") or {}),
             spec=PdfBatchSpec.model_validate(dict(body.get("spec") or {})),
             conditions=list((body.get("status") or {}).get("conditions") or []),
+            phase=(body.get("status") or {}).get("phase"),
         )
+
+    @property
+    def ended(self) -> bool:
+        """Its status shows an end the operator wrote (the status is not the user's to write)."""
+        return self.phase in {s.value for s in TERMINAL}
 
     @property
     def adopted_id(self) -> str | None:

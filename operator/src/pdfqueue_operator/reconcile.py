@@ -77,9 +77,14 @@ class BatchReconciler:
         operator was down or its watch was late) gets the reference a retry tracks it again by
         (`Lifecycle.requeue`) like any other, instead of keeping its first end through a retry.
 
+        An object whose status shows an end and whose batch was purged or erased since is
+        left as it is.
+
         Raises a PermanentError when the object is refused (ObjectNotFound: the ZIP is not
         there yet). A refused object queues nothing and touches no batch.
         """
+        if obj.ended and keys.is_batch_id(obj.batch_id) and await self.purged(obj.batch_id):
+            return
         tenant = self.tenant_of(obj)
         key = self.storage.key_from_url(obj.spec.source)
         if obj.adopted_id is not None:
@@ -93,6 +98,12 @@ class BatchReconciler:
             batch_id = obj.own_id
             await self._register(obj, batch_id, tenant, key)
         await self.redis.hset(self.tracking_key, batch_id, obj.ref.dumps())  # type: ignore[misc]
+
+    async def purged(self, batch_id: str) -> bool:
+        """The batch ran and is gone: retention purged it, or its tenant erased it. Its
+        object keeps the end it showed; registering it again would run the batch again from
+        a source that may be gone, or fail an object that succeeded."""
+        return await self.db.batch(batch_id) is None and await self.db.was_removed(batch_id)
 
     async def _register(self, obj: PdfBatchObject, batch_id: str, tenant: str, key: str) -> None:
         folder = f"{self.settings.operator_source_prefix}{tenant}/"

@@ -14,6 +14,8 @@ CREATE TABLE IF NOT EXISTS pdfqueue_audit (
     bytes     bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS pdfqueue_audit_by_time ON pdfqueue_audit (at);
+-- The operator asks whether a batch it no longer finds was purged or erased.
+CREATE INDEX IF NOT EXISTS pdfqueue_audit_by_subject ON pdfqueue_audit (subject);
 
 -- The key of the audit trail's address hashes: made once per installation, never shown.
 CREATE TABLE IF NOT EXISTS pdfqueue_audit_key (
