@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from pdfqueue.domain.errors import DatabaseUnavailable, SchemaNotReady
+from pdfqueue.domain.errors import DatabaseRejected, DatabaseUnavailable, SchemaNotReady
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime import stores as runtime
 from pdfqueue.runtime.stores import OPERATOR, Role, Stores, worker_role
@@ -148,7 +148,7 @@ async def test_a_no_transaction_migration_runs_outside_one(conn: asyncpg.Connect
         "0901_in_one.sql", "CREATE INDEX CONCURRENTLY t_x ON pdfqueue_batches (id);"
     )
     assert in_one.transactional
-    with pytest.raises(DatabaseUnavailable):
+    with pytest.raises(DatabaseRejected):  # SQLSTATE 25001: a refusal, not an outage
         await migrate(conn, [in_one])
     assert (await schema.read_version(conn)).version == 900
 
