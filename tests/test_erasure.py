@@ -67,6 +67,18 @@ async def eraser(settings: Settings) -> AsyncIterator[Eraser]:
     await pool.close()
 
 
+async def upload_as_globex(api: httpx.AsyncClient, path: Path) -> str:
+    """Upload as the other tenant (the `api` client speaks for acme)."""
+    response = await api.post(
+        "/v1/batches",
+        content=path.read_bytes(),
+        headers={**GLOBEX, "Content-Type": "application/zip"},
+    )
+    assert response.status_code == 202, response.text
+    batch_id: str = response.json()["batch_id"]
+    return batch_id
+
+
 def zip_of(corpus: Corpus, files: slice, path: Path) -> Path:
     return write_zip(dataclasses.replace(corpus, files=corpus.files[files]), path, junk=False)
 
@@ -95,13 +107,7 @@ async def test_a_tenant_erases_its_batch_and_nothing_else(
 ) -> None:
     mine = await upload(api, zip_of(corpus, slice(0, 20), tmp_path / "a.zip"))
     other = await upload(api, zip_of(corpus, slice(20, 40), tmp_path / "b.zip"))
-    globex = (
-        await api.post(
-            "/v1/batches",
-            content=zip_of(corpus, slice(40, 60), tmp_path / "c.zip").read_bytes(),
-            headers={**GLOBEX, "Content-Type": "application/zip"},
-        )
-    ).json()["batch_id"]
+    globex = await upload_as_globex(api, zip_of(corpus, slice(40, 60), tmp_path / "c.zip"))
     await run_worker()
     before = await links(db, settings)
     mine_keys = {r["object_key"] for r in await file_rows(db, mine)}
@@ -247,13 +253,7 @@ async def test_retention_is_per_tenant(
 ) -> None:
     young = await upload(api, zip_of(corpus, slice(0, 10), tmp_path / "a.zip"))
     old = await upload(api, zip_of(corpus, slice(10, 20), tmp_path / "b.zip"))
-    forever = (
-        await api.post(
-            "/v1/batches",
-            content=zip_of(corpus, slice(20, 30), tmp_path / "c.zip").read_bytes(),
-            headers={**GLOBEX, "Content-Type": "application/zip"},
-        )
-    ).json()["batch_id"]
+    forever = await upload_as_globex(api, zip_of(corpus, slice(20, 30), tmp_path / "c.zip"))
     await run_worker()
     await db.execute(
         "UPDATE pdfqueue_batches SET completed_at = now() - interval '29 days' WHERE id = $1", young
@@ -288,13 +288,7 @@ async def test_erasing_a_person_across_tenants(
     # acme links the person; globex's batch holds the same résumé (already linked)
     acme = await upload(api, zip_of(corpus, slice(0, 10), tmp_path / "a.zip"))
     await run_worker()
-    globex = (
-        await api.post(
-            "/v1/batches",
-            content=zip_of(corpus, slice(0, 5), tmp_path / "c.zip").read_bytes(),
-            headers={**GLOBEX, "Content-Type": "application/zip"},
-        )
-    ).json()["batch_id"]
+    globex = await upload_as_globex(api, zip_of(corpus, slice(0, 5), tmp_path / "c.zip"))
     await run_worker()
     user_id = await db.fetchval(
         f'SELECT id FROM "{settings.users_table}" WHERE lower(email) = $1', person.email
