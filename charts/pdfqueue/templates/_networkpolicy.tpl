@@ -123,7 +123,7 @@ spec:
   policyTypes: [Ingress, Egress]
   ingress:
     - from:
-        {{- include "pdfqueue.netpol.releasePods" (dict "ctx" .ctx "components" (list "api" "worker" "operator")) | nindent 8 }}
+        {{- include "pdfqueue.netpol.releasePods" (dict "ctx" .ctx "components" (list "api" "worker" "operator" "retention")) | nindent 8 }}
       ports:
         - port: {{ .port }}
           protocol: TCP
