@@ -21,6 +21,7 @@ import os
 import time
 import uuid
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
@@ -124,14 +125,32 @@ async def _fill(db: Database, pdfs: int, batch_pdfs: int, per_job: int) -> int:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Fill and measure in a database of its own, made for the run and dropped after it: a
+    table that held rows before would reuse their freed index pages and look smaller."""
     settings = Settings()
-    conn = await asyncpg.connect(settings.database_url)
+    database = f"pdfqueue_footprint_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(settings.database_url)
+    await admin.execute(f'CREATE DATABASE "{database}"')
+    try:
+        return await _measure(args, settings, _with_database(settings.database_url, database))
+    finally:
+        await admin.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+        await admin.close()
+
+
+def _with_database(dsn: str, database: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+async def _measure(args: argparse.Namespace, settings: Settings, dsn: str) -> dict[str, Any]:
+    conn = await asyncpg.connect(dsn)
     try:
         await migrate(conn)
     finally:
         await conn.close()
-    schema = f"footprint_{uuid.uuid4().hex[:8]}"
-    pool = await connect(settings.database_url, max_size=PARALLEL_JOBS + 2)
+    schema = "footprint"
+    pool = await connect(dsn, max_size=PARALLEL_JOBS + 2)
     try:
         await _seed_users(pool, schema, args.pdfs + 1)
         db = Database(pool, f"{schema}.users")
@@ -162,8 +181,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )
         )
         version = await pool.fetchval("SHOW server_version")
-        await pool.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        await pool.execute("DELETE FROM pdfqueue_batches WHERE tenant = $1", TENANT)
     finally:
         await pool.close()
     per_row = {k: round((after[k] - before.get(k, 0)) / rows, 1) for k in after}
