@@ -9,6 +9,7 @@ StatefulSet's pods are scheduled onto kwok's nodes.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import shutil
@@ -862,6 +863,61 @@ def test_retention_pods_reach_the_stores_and_nothing_else() -> None:
         for port in rule.get("ports", [])
     }
     assert ports >= {53, 6379, 5432, 7070}
+
+
+def _volume_note(tmp_path: Path, *args: str) -> str:
+    """What NOTES.txt says of the bundled PostgreSQL's volume: its helper, rendered into a
+    probe ConfigMap of a copy of the chart (`helm template` does not render NOTES.txt)."""
+    chart = tmp_path / "pdfqueue"
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+        (chart / "templates" / "probe.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: probe}\n"
+            'data:\n  note: {{ include "pdfqueue.retention.volumeNote" . | trim | quote }}\n'
+        )
+    out = helm("template", "pq", str(chart), "-f", str(values_file("default")), *args).stdout
+    (probe,) = [d for _, d in Rendered.parse(out).objects if d["metadata"]["name"] == "probe"]
+    return str(probe["data"]["note"])
+
+
+def _measured_bytes_per_pdf() -> float:
+    """pdfqueue_files' bytes per PDF in the pg_footprint result that capacity.md cites."""
+    import json
+
+    page = (ROOT / "docs/operations/capacity.md").read_text()
+    (name,) = set(re.findall(r"bench/results/(pg-footprint-[\w]+\.json)", page))
+    result = json.loads((ROOT / "bench/results" / name).read_text())
+    return float(result["bytes_per_pdf"]["total"])
+
+
+def test_notes_size_the_bundled_postgresql_volume_against_retention(tmp_path: Path) -> None:
+    """The bytes per PDF the note reckons with are the measured ones; it warns when the
+    volume does not hold the retention at 1 M PDFs an hour, or when nothing purges."""
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert '{{ include "pdfqueue.retention.volumeNote" . | trim }}' in notes
+    measured = _measured_bytes_per_pdf()
+    used = float(
+        re.search(r"\$bytesPerPdf := ([0-9.]+)", (CHART / "templates/_helpers.tpl").read_text())[1]
+    )
+    assert abs(used - measured) <= 10, (used, measured)
+    note = _volume_note(tmp_path)
+    needed = math.ceil(used * 24e6 * 31 * 2 / 2**30)  # 30 days and the day before the purge
+    assert "postgresql.persistence.size=8Gi" in note
+    assert f"rows of about {8 * 2**30 / 2 / used / 1e6:.1f} M PDFs" in note
+    assert f"about {int(8 * 2**30 / 2 / used // 31 // 24)} PDFs an hour" in note
+    assert (
+        f"WARNING: at 1 M PDFs an hour, 30 days of pdfqueue_files need a volume of about\n{needed}Gi"
+        in note
+    )
+    big = _volume_note(tmp_path, "--set", f"postgresql.persistence.size={needed}Gi")
+    assert "Capacity:" in big
+    assert "WARNING" not in big
+    for args in (["--set", "retention.days=0"], ["--set", "retention.tenantDays.acme=0"]):
+        assert "keeps batches for ever: nothing purges" in _volume_note(tmp_path, *args)
+    off = _volume_note(tmp_path, "--set", "retention.enabled=false")
+    assert off.startswith("WARNING: retention.enabled is false: nothing purges")
+    longest = _volume_note(tmp_path, "--set", "retention.tenantDays.archive=90")
+    assert "purged daily after 90 days" in longest
 
 
 def test_operator_runs_alone_with_kopf_liveness() -> None:
