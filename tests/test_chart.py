@@ -858,7 +858,7 @@ def test_retention_pods_reach_the_stores_and_nothing_else() -> None:
         labels = pod["metadata"]["labels"]
         assert all(labels[k] == v for k, v in policy["podSelector"]["matchLabels"].items())
     ports = {
-        (port["port"] if isinstance(port["port"], int) else port["port"])
+        port["port"]
         for rule in render("default").one("NetworkPolicy", "-retention")["spec"]["egress"]
         for port in rule.get("ports", [])
     }
