@@ -9,6 +9,7 @@ StatefulSet's pods are scheduled onto kwok's nodes.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import shutil
@@ -45,6 +46,7 @@ PASSTHROUGH = {  # Kubernetes objects handed through as they are: their keys are
     "tenantQuotas",
     "tenantWeights",
     "tenantInflightCaps",
+    "tenantDays",
     "updateStrategy",  # a Kubernetes DeploymentStrategy
     "namespaceSelector",
     "podSelector",
@@ -216,6 +218,13 @@ def test_schema_covers_every_value_and_nothing_else() -> None:
         ),
         (["--set", "worker.dispatch.tickSeconds=0"], "/worker/dispatch/tickSeconds"),
         (["--set", "worker.dispatch.windowJobs=-1"], "/worker/dispatch/windowJobs"),
+        (["--set", "retention.days=1.5"], "/retention/days"),
+        (["--set", "retention.days=-1"], "/retention/days"),
+        (["--set-string", "retention.days=30d"], "/retention/days"),
+        (["--set", "retention.tenantDays.acme=0.5"], "/retention/tenantDays/acme"),
+        (["--set", "retention.tenantDays.a:b=3"], "invalid propertyName 'a:b'"),
+        (["--set-string", "retention.auditDays=400d"], "/retention/auditDays"),
+        (["--set", "retention.concurrencyPolicy=Sometimes"], "/retention/concurrencyPolicy"),
     ],
 )
 def test_bad_values_are_refused(args: list[str], message: str) -> None:
@@ -715,6 +724,7 @@ def test_bundled_service_urls_are_composed_from_secrets(tmp_path: Path) -> None:
         "pq-pdfqueue-api",
         "pq-pdfqueue-migrate",
         "pq-pdfqueue-operator",
+        "pq-pdfqueue-retention",
         "pq-pdfqueue-test-readyz",  # the `helm test` hook's
         "pq-pdfqueue-worker",
     ]
@@ -770,7 +780,7 @@ def test_redis_is_a_durable_queue() -> None:
 
 def test_network_policies_admit_only_this_releases_pdfqueue_pods() -> None:
     rendered = render("default")
-    clients = ["api", "worker", "operator"]
+    clients = ["api", "worker", "operator", "retention"]
     for name, more in (("-redis", []), ("-postgresql", ["migrate"]), ("-s3", ["migrate"])):
         policy = rendered.one("NetworkPolicy", name)
         (rule,) = policy["spec"]["ingress"]
@@ -782,6 +792,157 @@ def test_network_policies_admit_only_this_releases_pdfqueue_pods() -> None:
             "app.kubernetes.io/component": clients + more,
         }
         assert "namespaceSelector" not in peer  # only pods of the release's own namespace
+
+
+def _purge_job(rendered: Rendered) -> dict[str, Any]:
+    """The retention CronJob's Job spec, shaped like a workload (spec.template)."""
+    return {"spec": rendered.one("CronJob", "-retention")["spec"]["jobTemplate"]["spec"]}
+
+
+def test_retention_runs_purge_as_a_cron_job_like_a_worker() -> None:
+    """The CronJob runs `pdfqueue purge` with the worker's image, settings, secrets and
+    security context, once at a time, on the values' schedule."""
+    rendered = render("default")
+    cron = rendered.one("CronJob", "-retention")
+    assert cron["metadata"]["labels"]["app.kubernetes.io/component"] == "retention"
+    assert cron["spec"]["schedule"] == "17 3 * * *"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    assert cron["spec"]["suspend"] is False
+    assert cron["spec"]["startingDeadlineSeconds"] == 3600
+    assert cron["spec"]["successfulJobsHistoryLimit"] == 3
+    assert cron["spec"]["failedJobsHistoryLimit"] == 3
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]
+    assert set(pod["metadata"]["labels"]) >= LABELS
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    worker = rendered.one("Deployment", "-worker")["spec"]["template"]["spec"]
+    assert spec["securityContext"] == worker["securityContext"]
+    (purge,) = spec["containers"]
+    (w,) = worker["containers"]
+    assert purge["args"] == ["purge"]
+    assert purge["image"] == w["image"] == "pdfqueue-worker:0.1.0"
+    assert purge["envFrom"] == w["envFrom"]
+    assert purge["env"] == w["env"]  # the database, Redis and S3 secrets
+    assert purge["securityContext"] == w["securityContext"]
+    assert purge["securityContext"]["readOnlyRootFilesystem"] is True
+    assert purge["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"memory": "256Mi"},
+    }
+    off = render("default", "--set", "retention.enabled=false")
+    assert not off.all("CronJob")
+    assert not [p for p in off.all("NetworkPolicy") if p["metadata"]["name"].endswith("-retention")]
+
+
+def test_retention_values_reach_the_api_the_workers_and_the_purge(tmp_path: Path) -> None:
+    rendered = render(
+        "default",
+        *("--set", "retention.days=7", "--set", "retention.tenantDays.acme=3"),
+        *("--set", "retention.tenantDays.archive=0", "--set", "retention.auditDays=500"),
+    )
+    purge = _pdfqueue_env(rendered, _purge_job(rendered), "purge", tmp_path)
+    for env in (
+        purge,
+        _settings_env(rendered, "api", tmp_path),
+        _settings_env(rendered, "worker", tmp_path),
+    ):
+        assert env["PDFQUEUE_RETENTION_DAYS"] == "7"
+        assert env["PDFQUEUE_TENANT_RETENTION_DAYS"] == '{"acme":3,"archive":0}'
+        assert env["PDFQUEUE_AUDIT_RETENTION_DAYS"] == "500"
+        settings = _settings_from_env(env)
+        assert settings.retention_days == 7
+        assert settings.tenant_retention_days == {"acme": 3, "archive": 0}
+        assert settings.audit_retention_days == 500
+    defaults = _settings_from_env(
+        _pdfqueue_env(rendered := render("default"), _purge_job(rendered), "purge", tmp_path)
+    )
+    assert (defaults.retention_days, defaults.tenant_retention_days) == (30, {})
+    assert defaults.audit_retention_days == 400
+    assert (
+        Settings.model_fields["retention_days"].default == 30
+    )  # the chart's default is the code's
+    assert Settings.model_fields["audit_retention_days"].default == 400
+
+
+def _settings_env(rendered: Rendered, component: str, files: Path) -> dict[str, str]:
+    return _pdfqueue_env(rendered, rendered.one("Deployment", f"-{component}"), component, files)
+
+
+def test_retention_pods_reach_the_stores_and_nothing_else() -> None:
+    """The purge's policy: no ingress, and the worker's egress (DNS, Redis, PostgreSQL, S3);
+    the bundled stores admit it, and it is selected by its own labels."""
+    for variant in ("default", "external"):
+        rendered = render(variant)
+        policy = rendered.one("NetworkPolicy", "-retention")["spec"]
+        assert policy["policyTypes"] == ["Ingress", "Egress"]
+        assert policy["ingress"] == []
+        assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "retention"
+        assert policy["egress"] == rendered.one("NetworkPolicy", "-worker")["spec"]["egress"]
+        pod = rendered.one("CronJob", "-retention")["spec"]["jobTemplate"]["spec"]["template"]
+        labels = pod["metadata"]["labels"]
+        assert all(labels[k] == v for k, v in policy["podSelector"]["matchLabels"].items())
+    ports = {
+        port["port"]
+        for rule in render("default").one("NetworkPolicy", "-retention")["spec"]["egress"]
+        for port in rule.get("ports", [])
+    }
+    assert ports >= {53, 6379, 5432, 7070}
+
+
+def _volume_note(tmp_path: Path, *args: str) -> str:
+    """What NOTES.txt says of the bundled PostgreSQL's volume: its helper, rendered into a
+    probe ConfigMap of a copy of the chart (`helm template` does not render NOTES.txt)."""
+    chart = tmp_path / "pdfqueue"
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+        (chart / "templates" / "probe.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: probe}\n"
+            'data:\n  note: {{ include "pdfqueue.retention.volumeNote" . | trim | quote }}\n'
+        )
+    out = helm("template", "pq", str(chart), "-f", str(values_file("default")), *args).stdout
+    (probe,) = [d for _, d in Rendered.parse(out).objects if d["metadata"]["name"] == "probe"]
+    return str(probe["data"]["note"])
+
+
+def _measured_bytes_per_pdf() -> float:
+    """pdfqueue_files' bytes per PDF in the pg_footprint result that capacity.md cites."""
+    import json
+
+    page = (ROOT / "docs/operations/capacity.md").read_text()
+    (name,) = set(re.findall(r"bench/results/(pg-footprint-[\w]+\.json)", page))
+    result = json.loads((ROOT / "bench/results" / name).read_text())
+    return float(result["bytes_per_pdf"]["total"])
+
+
+def test_notes_size_the_bundled_postgresql_volume_against_retention(tmp_path: Path) -> None:
+    """The bytes per PDF the note reckons with are the measured ones; it warns when the
+    volume does not hold the retention at 1 M PDFs an hour, or when nothing purges."""
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert '{{ include "pdfqueue.retention.volumeNote" . | trim }}' in notes
+    measured = _measured_bytes_per_pdf()
+    used = float(
+        re.search(r"\$bytesPerPdf := ([0-9.]+)", (CHART / "templates/_helpers.tpl").read_text())[1]
+    )
+    assert abs(used - measured) <= 10, (used, measured)
+    note = _volume_note(tmp_path)
+    needed = math.ceil(used * 24e6 * 31 * 2 / 2**30)  # 30 days and the day before the purge
+    assert "postgresql.persistence.size=8Gi" in note
+    assert f"rows of about {8 * 2**30 / 2 / used / 1e6:.1f} M PDFs" in note
+    assert f"about {int(8 * 2**30 / 2 / used // 31 // 24)} PDFs an hour" in note
+    assert (
+        f"WARNING: at 1 M PDFs an hour, 30 days of pdfqueue_files need a volume of about\n{needed}Gi"
+        in note
+    )
+    big = _volume_note(tmp_path, "--set", f"postgresql.persistence.size={needed}Gi")
+    assert "Capacity:" in big
+    assert "WARNING" not in big
+    for args in (["--set", "retention.days=0"], ["--set", "retention.tenantDays.acme=0"]):
+        assert "keeps batches for ever: nothing purges" in _volume_note(tmp_path, *args)
+    off = _volume_note(tmp_path, "--set", "retention.enabled=false")
+    assert off.startswith("WARNING: retention.enabled is false: nothing purges")
+    longest = _volume_note(tmp_path, "--set", "retention.tenantDays.archive=90")
+    assert "purged daily after 90 days" in longest
 
 
 def test_operator_replicas_elect_one_leader_through_a_lease() -> None:

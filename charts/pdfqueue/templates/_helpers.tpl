@@ -432,3 +432,41 @@ plus shutdownMarginSeconds. pdfqueue.validateShutdown checks it against the shut
 {{- define "pdfqueue.api.url" -}}
 {{- printf "http://%s:%v" (include "pdfqueue.componentName" (dict "ctx" . "component" "api")) .Values.api.service.port }}
 {{- end }}
+
+{{/*
+What the bundled PostgreSQL's volume holds under the retention values, for NOTES.txt: the
+per-file rows of how many PDFs, and so how many a day the retention lets through, from the
+measured bytes per PDF of pdfqueue_files (table and indexes; docs/operations/capacity.md).
+Half the volume is left to the WAL, the batch rows, the users table and VACUUM's slack.
+*/}}
+{{- define "pdfqueue.retention.volumeNote" -}}
+{{- $bytesPerPdf := 720.0 }}
+{{- $size := .Values.postgresql.persistence.size | toString }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $size | float64 }}
+{{- $units := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 }}
+{{- $bytes := mulf $number (get $units (regexReplaceAll "^[0-9.]+" $size "")) }}
+{{- $pdfs := divf (mulf $bytes 0.5) $bytesPerPdf | floor }}
+{{- $r := .Values.retention }}
+{{- $days := list ($r.days | int64) }}
+{{- range $tenant, $d := $r.tenantDays }}{{ $days = append $days ($d | int64) }}{{ end }}
+{{- $forever := or (not $r.enabled) (has (int64 0) $days) }}
+{{- $longest := 0 }}
+{{- range $days }}{{ if gt (int64 .) (int64 $longest) }}{{ $longest = . }}{{ end }}{{ end }}
+{{- $millions := printf "%.1f M" (divf $pdfs 1e6) }}
+{{- if $forever }}
+WARNING: {{ if not $r.enabled }}retention.enabled is false{{ else }}a retention of 0 days keeps batches for ever{{ end }}: nothing purges
+pdfqueue_files, and the bundled PostgreSQL's volume (postgresql.persistence.size={{ $size }}) fills
+after the per-file rows of about {{ $millions }} PDFs ({{ $bytesPerPdf | int64 }} bytes each, half the volume kept for the
+WAL and the other tables). Enable retention, or size the volume (docs/operations/capacity.md).
+{{- else }}
+{{- $perDay := divf $pdfs (add1 $longest) | floor }}
+Capacity: the bundled PostgreSQL's volume (postgresql.persistence.size={{ $size }}) holds the per-file
+rows of about {{ $millions }} PDFs ({{ $bytesPerPdf | int64 }} bytes each, half the volume kept for the WAL and the
+other tables); purged daily after {{ $longest }} days, that is about {{ divf $perDay 24 | floor | int64 }} PDFs an hour.
+{{- if lt $perDay 24e6 }}
+WARNING: at 1 M PDFs an hour, {{ $longest }} days of pdfqueue_files need a volume of about
+{{ divf (mulf $bytesPerPdf 24e6 (add1 $longest) 2.0) 1073741824.0 | ceil | int64 }}Gi (docs/operations/capacity.md): raise postgresql.persistence.size, lower
+retention.days, or use an external database sized for it.
+{{- end }}
+{{- end }}
+{{- end }}

@@ -113,7 +113,7 @@ Call with (dict "ctx" $ "component" "redis" "port" "redis"). */}}
 {{- define "pdfqueue.netpol.bundled" -}}
 {{- $ctx := dict "ctx" .ctx "component" .component }}
 {{- /* The migration Job uses the database and the bucket, never Redis. */}}
-{{- $clients := list "api" "worker" "operator" }}
+{{- $clients := list "api" "worker" "operator" "retention" }}
 {{- if ne .component "redis" }}{{ $clients = append $clients "migrate" }}{{ end }}
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy

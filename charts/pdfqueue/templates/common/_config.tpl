@@ -34,6 +34,14 @@ PDFQUEUE_S3_ENDPOINT_URL: {{ . | quote }}
 PDFQUEUE_S3_PATH_STYLE: {{ .Values.storage.pathStyle | quote }}
 PDFQUEUE_S3_CREATE_BUCKET: {{ .Values.storage.createBucket | quote }}
 PDFQUEUE_UPLOADS_EXPIRE_DAYS: {{ .Values.storage.uploadsExpireDays | int64 | quote }}
+{{- /* Retention: the purge CronJob applies it, the API and workers read the same values. */}}
+{{- $tenantDays := dict }}
+{{- range $tenant, $days := .Values.retention.tenantDays }}
+{{- $_ := set $tenantDays $tenant ($days | int64) }}
+{{- end }}
+PDFQUEUE_RETENTION_DAYS: {{ .Values.retention.days | int64 | quote }}
+PDFQUEUE_TENANT_RETENTION_DAYS: {{ toJson $tenantDays | quote }}
+PDFQUEUE_AUDIT_RETENTION_DAYS: {{ .Values.retention.auditDays | int64 | quote }}
 AWS_DEFAULT_REGION: {{ .Values.storage.region | quote }}
 PDFQUEUE_BATCH_TTL_S: {{ .Values.config.batchTtlSeconds | int64 | quote }}
 PDFQUEUE_MAX_MEMBERS: {{ .Values.config.maxMembers | int64 | quote }}

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
@@ -33,6 +34,10 @@ MEMBER_INDEX = "pdfqueue.member_index"
 FILES = "pdfqueue.files"
 """How many PDFs a process job handles."""
 FILE_EVENT = "pdfqueue.file"
+
+SAFE_QUERY = frozenset({"limit", "offset", "sort", "outcome", "format", "erase", "cursor"})
+"""Query parameters whose values a span keeps: bounded, and never a person's. Any other value
+(a report's `search` is often a candidate's name) becomes REDACTED in `url.query`."""
 
 Carrier = dict[str, str]
 """W3C trace context as a JSON-able dict (`traceparent`, maybe `tracestate`)."""
@@ -50,6 +55,7 @@ def setup_tracing(
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": service_name}))
     provider = TracerProvider(resource=resource)
+    provider.add_span_processor(QueryRedactor())  # first: before any exporter sees a span
     if export:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -58,6 +64,22 @@ def setup_tracing(
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     return provider
+
+
+class QueryRedactor(SpanProcessor):
+    """Scrubs the server span's `url.query` as it starts: FastAPI's span records the query
+    string, and a report's search term is personal data."""
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        query = (span.attributes or {}).get("url.query") if isinstance(span, ReadableSpan) else None
+        if isinstance(query, str):
+            span.set_attribute("url.query", redact_query(query))
+
+
+def redact_query(query: str) -> str:
+    """`query` with each value but those of SAFE_QUERY replaced by REDACTED."""
+    pairs = parse_qsl(query, keep_blank_values=True)
+    return urlencode([(k, v if k in SAFE_QUERY else "REDACTED") for k, v in pairs])
 
 
 def record_error(span: Span, exc: BaseException) -> None:
