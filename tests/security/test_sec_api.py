@@ -196,7 +196,7 @@ async def test_readyz_says_only_ok_or_error(
     async with serve(down) as client:
         ready = await client.get("/readyz")
     assert ready.status_code == 503
-    assert ready.json() == {"redis": "error", "postgresql": "ok", "storage": "ok"}
+    assert ready.json() == {"redis": "error", "postgresql": "ok", "storage": "ok", "schema": "ok"}
     assert "readiness: redis failed" in caplog.text  # the why is in the log, for operators
     assert SECRET not in caplog.text
 

@@ -96,8 +96,8 @@ class LocalDriver:
         )
         manifest = self.cluster.helm("get", "manifest", self.release, "-n", self.namespace)
         self.rendered = Rendered.parse(manifest.stdout)
-        # the API pod's init container first: migrations (and the bucket)
-        self.run_container("api", "migrate", init=True)
+        # the chart's migration Job first: migrations (and the bucket)
+        self.run_container("migrate", "migrate")
         self.procs["api"] = self.start_container("api", "api", "api")
         kubeconfig = self.sa_kubeconfig()
         self.procs["operator"] = self.start_container(
@@ -127,7 +127,10 @@ class LocalDriver:
 
     # ---- the chart's containers as local processes -----------------------------------------
     def workload(self, component: str) -> dict[str, Any]:
+        """The component's Deployment; for `migrate`, the Job `helm install` runs."""
         assert self.rendered
+        if component == "migrate":
+            return self.rendered.one("Job", "-migrate-install")
         return self.rendered.one("Deployment", f"-{component}")
 
     def command(
