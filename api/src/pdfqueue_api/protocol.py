@@ -25,6 +25,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from pdfqueue.domain.errors import PdfQueueError
 from pdfqueue.domain.settings import Settings
 from pdfqueue_api.headers import security_headers
 
@@ -59,7 +60,7 @@ class HttpLimits:
         )
 
 
-class HeadRefused(Exception):
+class HeadRefused(PdfQueueError):
     """Raised in a parser callback to stop parsing a head over a limit at once."""
 
     def __init__(self, status: int, detail: str) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdfqueue.domain.errors import PdfQueueError
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.periodic import Periodic, cancel_and_wait
 from pdfqueue.runtime.stores import Stores
@@ -41,7 +42,7 @@ STALE_TICKS = 20
 """A loop this many intervals behind fails the liveness probe (and the pod is restarted)."""
 
 
-class TaskStalled(Exception):
+class TaskStalled(PdfQueueError):
     """A leader task stopped: the liveness probe fails with this."""
 
 
