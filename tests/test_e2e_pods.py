@@ -396,11 +396,25 @@ def _upload(
     corpus = build_corpus(files, seed=seed)
     asyncio.run(_seed(release.database_url(), corpus.users, release.users_table))
     archive = write_zip(corpus, release.workdir / f"batch-{seed}.zip", seed=seed)
+    _wait_ready(client)
     created = client.post(
         "/v1/batches", content=archive.read_bytes(), headers={"Content-Type": "application/zip"}
     )
     assert created.status_code == 202, created.text
     return created.json()["batch_id"], corpus.counts()
+
+
+def _wait_ready(client: httpx.Client, timeout_s: float = 120) -> None:
+    """Until the API Service answers `/readyz` with 200: after the test before this one
+    deleted a pod, its endpoints may be gone for a moment (a user would wait, too)."""
+
+    def ready() -> bool | None:
+        try:
+            return client.get("/readyz").status_code == httpx.codes.OK or None
+        except httpx.TransportError:
+            return None
+
+    wait_until(ready, "the API Service to be ready", timeout_s)
 
 
 def _finish(

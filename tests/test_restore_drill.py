@@ -9,6 +9,7 @@ the restored database with Redis flushed. Nothing else is restored.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -41,7 +42,11 @@ async def test_dump_mid_batch_restored_into_an_empty_database_completes_exactly(
     run.start_worker()
     await run.wait_until("started", lambda s: int(s.get("processed") or 0) >= 5, timeout_s=90)
 
-    # the backup: a consistent snapshot of the live database, workers writing meanwhile
+    # the backup: a consistent snapshot of the live database, its workers frozen where they
+    # were (SIGSTOP: their connections and any transaction stay open), so the snapshot is
+    # surely mid-batch however fast this machine is that day
+    for worker in run.workers:
+        worker.signal(signal.SIGSTOP)
     source = run.env["PDFQUEUE_DATABASE_URL"]
     dump = tmp_path / "pdfqueue.dump"
     await asyncio.to_thread(pg, "pg_dump", "--format=custom", f"--file={dump}", source)
