@@ -21,9 +21,6 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY, generate_latest
 from redis.asyncio import Redis
@@ -32,12 +29,12 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability.logging import log_handler
-from pdfqueue.observability.tracing import setup_tracing
 from pdfqueue.stores.db import Database, connect
 from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 from tests.support.helpers import RunWorker
+from tests.support.spans import capture_spans
 
 NAME = "Zyxwvut Qponmlk"
 """In every member's name: a person's name nothing else in the system could produce."""
@@ -48,14 +45,8 @@ MIX = Mix(known=0.6, no_email=0.1, unknown_email=0.1, already_linked=0.1, corrup
 
 @pytest.fixture(scope="module")
 def exporter() -> InMemorySpanExporter:
-    """Spans of this process, through the services' own setup (as tests/test_telemetry.py)."""
-    memory = InMemorySpanExporter()
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):  # another module got there first
-        current.add_span_processor(SimpleSpanProcessor(memory))
-    else:
-        setup_tracing("pdfqueue-test", export=False, exporter=memory)
-    return memory
+    """Spans of this process, through the services' own tracing setup."""
+    return capture_spans()
 
 
 @pytest.fixture

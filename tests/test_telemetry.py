@@ -16,8 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
@@ -29,24 +28,18 @@ from pdfqueue.observability.tracing import (
     FILES,
     MEMBER_INDEX,
     record_error,
-    setup_tracing,
 )
 from pdfqueue_dev.samples import DECOYS, Corpus
 from tests.support.helpers import MakeCorpus, RunWorker, upload
+from tests.support.spans import capture_spans
 
 STAGES = {"read", "extract", "match", "store", "claim", "record"}
 
 
 @pytest.fixture(scope="module")
 def exporter() -> InMemorySpanExporter:
-    """Spans of this process, through the same setup the services use (once per process)."""
-    memory = InMemorySpanExporter()
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):  # another module got there first
-        current.add_span_processor(SimpleSpanProcessor(memory))
-    else:
-        setup_tracing("pdfqueue-test", export=False, exporter=memory)
-    return memory
+    """Spans of this process, through the services' own tracing setup."""
+    return capture_spans()
 
 
 @pytest.fixture
