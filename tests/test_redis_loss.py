@@ -8,6 +8,7 @@ for a lost Redis) rebuilds the batches.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -86,18 +87,22 @@ async def test_redis_lost_mid_batch_both_batches_complete_exactly(
         "PDFQUEUE_QUOTA_CONCURRENT_BATCHES": "1",
     }
     by_api: Run = await run_factory(80, seed=900, register=False)
-    by_api.env |= SLOW | api_env
+    # jobs of 4 PDFs: progress in small steps, so the batches are seen started long before done
+    slower = SLOW | {"PDFQUEUE_PDFS_PER_JOB": "4"}
+    by_api.env |= slower | api_env
     uid = str(uuid.uuid4())
     by_operator: Run = await run_factory(80, seed=901, tenant="ops", pdfbatch_uid=uid)
-    by_operator.env |= SLOW
+    by_operator.env |= slower
     async with api_client(by_api) as http:
         accepted = await upload(http, by_api)
         assert accepted.status_code == 202, accepted.text
         by_api.batch_id = accepted.json()["batch_id"]
         for run in (by_api, by_operator):
             run.start_worker()
-        await by_api.wait_until("started", started, timeout_s=90)
-        await by_operator.wait_until("started", started, timeout_s=90)
+        for run in (by_api, by_operator):
+            await run.wait_until("started", started, timeout_s=90)
+            for worker in run.workers:  # held where they are, so Redis is lost mid-batch
+                worker.signal(signal.SIGSTOP)
         refused = await upload(http, by_api)  # the running batch holds acme's one slot
         assert refused.status_code == 429, refused.text
 
@@ -110,6 +115,9 @@ async def test_redis_lost_mid_batch_both_batches_complete_exactly(
         async with Redis.from_url(by_api.settings.redis_url) as redis:
             assert not await redis.exists("test:before-the-loss")
         mid = {r.batch_id: (await r.summary())["processed"] for r in (by_api, by_operator)}
+        for run in (by_api, by_operator):
+            for worker in run.workers:
+                worker.signal(signal.SIGCONT)
 
         await by_api.wait_until("completed", done, timeout_s=150)
         await by_operator.wait_until("completed", done, timeout_s=150)
