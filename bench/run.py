@@ -43,6 +43,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="PDFQUEUE_EXTRACT_PROCESSES per worker to try, e.g. 1,2; "
         "auto = cores // workers (total parsing processes = cores)",
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="paired rounds over every corpus; ratios are the median of the rounds (1)",
+    )
     p.add_argument("--skip-peer", action="store_true", help="do not run the seed peer")
     p.add_argument("--skip-upload-rss", action="store_true", help="skip the big-upload RSS test")
     p.add_argument("--upload-mb", type=int, default=500, help="size of the big upload (500)")
@@ -173,11 +179,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.sse_files,
                 args.seed,
             )
-        for density in args.densities:
-            for n in sizes:
-                for w in args.workers:
-                    for p in procs_for(w, args.extract_procs):
-                        runs += paired_runs(bench, args, n, (w, p), density)
+        # round after round over every corpus, so that a drift in the machine's load
+        # lands on every corpus alike rather than on whichever ran last
+        for round_ in range(1, args.rounds + 1):
+            for density in args.densities:
+                for n in sizes:
+                    for w in args.workers:
+                        for p in procs_for(w, args.extract_procs):
+                            pairs = paired_runs(bench, args, n, (w, p), density)
+                            runs += [{**r, "round": round_} for r in pairs]
         if not args.skip_upload_rss:
             upload = _guarded(
                 f"API RSS, {args.upload_mb} MB upload", run_upload_rss, bench, args.upload_mb
