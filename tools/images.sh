@@ -142,7 +142,7 @@ write_ctx() { # DIR: a fresh empty build context
 # what that COPYs); prints their contents in name order, which the image's tag hashes.
 recipe() {
   write_ctx "$2"
-  cp -a "$ROOT/images/$1/." "$2/"
+  cp -a "$ROOT/images/$1/." "$2/" || return 1
   (cd "$2" && find . -type f -printf '%P\0' | LC_ALL=C sort -z | xargs -0 cat)
 }
 
