@@ -31,7 +31,7 @@ from pdfqueue.domain.models import (
     failed,
 )
 from pdfqueue.domain.names import safe_name
-from pdfqueue.stores.drivers import postgres_errors, typed_call, typed_methods
+from pdfqueue.stores.driver_errors import postgres_errors, typed_call, typed_methods
 
 log = logging.getLogger(__name__)
 LEGACY_QUEUE = "pdfqueue:queue"

@@ -19,7 +19,8 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.errors import QuotaExceeded, ServiceUnavailable
 from pdfqueue.domain.settings import Quota, Settings
 from pdfqueue.stores.db import Database
-from pdfqueue.stores.drivers import lua, redis_errors
+from pdfqueue.stores.driver_errors import redis_errors
+from pdfqueue.stores.scripts import lua
 
 T = TypeVar("T")
 _ADMIT = lua("quota_admit")
