@@ -14,7 +14,7 @@ from typing import Any
 from bench.labelled import Labelled, User, cached
 from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
-from pdfqueue.stores.db import UserRow
+from pdfqueue.stores.users import UserRow
 from pdfqueue_worker.extract import Ocr, Result, read_pdf
 from pdfqueue_worker.matching import Verdict, choose
 

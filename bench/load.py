@@ -38,10 +38,11 @@ from bench.procs import Sampler
 from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
-from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.postgres import UsersTable, connect
 from pdfqueue.stores.queue import Job, enqueue_chunked
 from pdfqueue.stores.state import utcnow
+from pdfqueue.stores.users import UserStore
 from pdfqueue_dev.processes import wait_until
 from pdfqueue_worker.app import build_worker
 from pdfqueue_worker.archive import Member
@@ -127,12 +128,15 @@ async def _startup(ctx: dict[str, Any]) -> None:
     """`pdfqueue_worker.app.startup` with the real stores and stub storage and parsing."""
     settings: Settings = ctx["settings"]
     pool = await connect(settings.database_url, max_size=settings.max_jobs + 4)
-    db = Database(pool, settings.users_table)
+    lifecycle = lifecycle_over(pool, ctx["redis"], settings)
     ctx["deps"] = Deps(
         settings=settings,
         redis=ctx["redis"],
-        lifecycle=Lifecycle.of(db, ctx["redis"], settings),
-        db=db,
+        lifecycle=lifecycle,
+        pool=pool,
+        batches=lifecycle.batches,
+        files=lifecycle.files,
+        users=UserStore(pool, UsersTable(settings.users_table)),
         storage=StubStorage(),  # type: ignore[arg-type]
         extractor=StubExtractor(),  # type: ignore[arg-type]
     )
@@ -140,7 +144,7 @@ async def _startup(ctx: dict[str, Any]) -> None:
 
 async def _shutdown(ctx: dict[str, Any]) -> None:
     if "deps" in ctx:
-        await ctx["deps"].db.pool.close()
+        await ctx["deps"].pool.close()
 
 
 async def _child(workers: int, ready_key: str, stop_key: str) -> None:
@@ -183,9 +187,8 @@ async def _open_batch(settings: Settings, first_user: int, jobs: int, per_job: i
     redis = AsyncRedis.from_url(settings.redis_url)
     pool = await connect(settings.database_url, max_size=2)
     try:
-        db = Database(pool, settings.users_table)
-        lifecycle = Lifecycle.of(db, redis, settings)
-        await db.create_batch(batch_id, TENANT, f"uploads/{batch_id}.zip")
+        lifecycle = lifecycle_over(pool, redis, settings)
+        await lifecycle.batches.create(batch_id, TENANT, f"uploads/{batch_id}.zip")
         await lifecycle.state.create(batch_id, TENANT, utcnow())
         await lifecycle.start(batch_id, total, [])
         payload = (

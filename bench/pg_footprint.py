@@ -1,8 +1,8 @@
 """`python -m bench.pg_footprint`: PostgreSQL bytes per PDF in `pdfqueue_files`, and per day.
 
-The rows go in as the workers write them, through the real statements: `Database.claim` for a
+The rows go in as the workers write them, through the real statements: `FileStore.claim` for a
 file that found its user (linked, or `already_linked` when the user has a PDF already),
-`Database.record_files` for the others (`no_email`, `no_user`, a failure's reason), a job of
+`FileStore.record` for the others (`no_email`, `no_user`, a failure's reason), a job of
 `PDFQUEUE_PDFS_PER_JOB` files per statement, several jobs at once. Names are ~40 bytes of
 UTF-8 (`CVs 2024/Zoë Müller-Øster 000123 CV.pdf`), SHA-256s and object keys as the worker
 makes them. The footprint is what `pg_total_relation_size` grew by (heap, TOAST and every
@@ -29,7 +29,9 @@ from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import Claim, Decision, FileRef, Outcome
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.files import FileStore
+from pdfqueue.stores.postgres import UsersTable, connect
 from pdfqueue.stores.schema import migrate
 
 PDFS_PER_HOUR = 1_000_000
@@ -85,7 +87,7 @@ async def _seed_users(pool: asyncpg.Pool, schema: str, count: int) -> None:
         )
 
 
-async def _job(db: Database, batch_id: str, first: int, count: int, base: int) -> None:
+async def _job(files: FileStore, batch_id: str, first: int, count: int, base: int) -> None:
     """One process job's durable writes: its claims, then its other outcomes."""
     claims: list[Claim] = []
     others: dict[FileRef, Decision] = {}
@@ -99,23 +101,25 @@ async def _job(db: Database, batch_id: str, first: int, count: int, base: int) -
         else:
             others[ref] = Decision(Outcome(outcome), reason, sha256=sha)
     if claims:
-        await db.claim(claims)
+        await files.claim(claims)
     if others:
-        await db.record_files(batch_id, others)
+        await files.record(batch_id, others)
 
 
-async def _fill(db: Database, pdfs: int, batch_pdfs: int, per_job: int) -> int:
+async def _fill(
+    batches: BatchStore, files: FileStore, pdfs: int, batch_pdfs: int, per_job: int
+) -> int:
     done = 0
     while done < pdfs:
         size = min(batch_pdfs, pdfs - done)
         batch_id = uuid.uuid4().hex
-        await db.create_batch(batch_id, TENANT, keys.upload(batch_id), file_name="export.zip")
-        await db.start_batch(batch_id, size, 0)
+        await batches.create(batch_id, TENANT, keys.upload(batch_id), file_name="export.zip")
+        await batches.start(batch_id, size, 0)
         starts = list(range(0, size, per_job))
         for k in range(0, len(starts), PARALLEL_JOBS):
             await asyncio.gather(
                 *(
-                    _job(db, batch_id, s, min(per_job, size - s), done)
+                    _job(files, batch_id, s, min(per_job, size - s), done)
                     for s in starts[k : k + PARALLEL_JOBS]
                 )
             )
@@ -153,12 +157,14 @@ async def _measure(args: argparse.Namespace, settings: Settings, dsn: str) -> di
     pool = await connect(dsn, max_size=PARALLEL_JOBS + 2)
     try:
         await _seed_users(pool, schema, args.pdfs + 1)
-        db = Database(pool, f"{schema}.users")
+        files = FileStore(pool, UsersTable(f"{schema}.users"))
         await pool.execute("VACUUM pdfqueue_files")
         before = await _sizes(pool)
         rows_before = int(await pool.fetchval("SELECT count(*) FROM pdfqueue_files"))
         started = time.monotonic()
-        written = await _fill(db, args.pdfs, args.batch_pdfs, settings.pdfs_per_job)
+        written = await _fill(
+            BatchStore(pool), files, args.pdfs, args.batch_pdfs, settings.pdfs_per_job
+        )
         seconds = time.monotonic() - started
         await pool.execute("VACUUM ANALYZE pdfqueue_files")
         after = await _sizes(pool)

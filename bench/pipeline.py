@@ -27,7 +27,7 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.provision import provision
-from pdfqueue.stores.db import connect
+from pdfqueue.stores.postgres import connect
 from pdfqueue_dev.processes import Child, free_port, free_ports, stop_all, wait_http, wait_until
 
 REQUIRED = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")

@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.db import connect
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.schema import migrate
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.samples import Corpus, Mix, build_corpus, seed_users, write_zip

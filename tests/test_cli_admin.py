@@ -14,7 +14,8 @@ from pdfqueue.cli.main import EXIT_ERROR, EXIT_OK, main
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.queue import remove
 from pdfqueue.stores.storage import Storage
 from tests.support.helpers import MakeCorpus, RunWorker
@@ -29,7 +30,7 @@ async def lifecycle(
     monkeypatch.setenv("PDFQUEUE_USERS_TABLE", settings.users_table)
     pool = await connect(settings.database_url, max_size=2)
     redis = Redis.from_url(settings.redis_url)
-    yield Lifecycle.of(Database(pool, settings.users_table), redis, settings)
+    yield lifecycle_over(pool, redis, settings)
     await redis.aclose()
     await pool.close()
 

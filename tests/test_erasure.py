@@ -25,8 +25,8 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser, parse_duration
-from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.retention import ERASED_NAME, RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.samples import CLEAN, Corpus, build_corpus, seed_users, write_zip
@@ -55,10 +55,9 @@ async def eraser(settings: Settings) -> AsyncIterator[Eraser]:
     pool = await connect(settings.database_url, max_size=4)
     storage = Storage.from_settings(settings, threads=4)
     client = Redis.from_url(settings.redis_url)
-    db = Database(pool, settings.users_table)
     yield Eraser(
         RetentionStore(pool, settings.users_table),
-        Lifecycle.of(db, client, settings),
+        lifecycle_over(pool, client, settings),
         storage,
         settings,
     )

@@ -3,8 +3,8 @@ another batch keeps writing.
 
 The rows go in by the hundred thousand through one `unnest` INSERT (not through the workers:
 their shape is what matters here, not how they were made). The purge is the real
-`Eraser.purge`; the concurrent writes are the real `Database.record_files` of a running batch,
-a job's worth of rows at a time, and an upload's `create_batch` now and then.
+`Eraser.purge`; the concurrent writes are the real `FileStore.record` of a running batch,
+a job's worth of rows at a time, and an upload's `BatchStore.create` now and then.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.models import Decision, FileRef, Outcome
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import CHUNK_ROWS, Eraser
-from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.files import FileStore
+from pdfqueue.stores.postgres import UsersTable, connect
 from pdfqueue.stores.retention import _EXCLUSIVE, RetentionStore
 from pdfqueue.stores.storage import Storage
 
@@ -79,7 +81,7 @@ async def eraser(settings: Settings, pool: asyncpg.Pool) -> AsyncIterator[Eraser
     recording: Any = Recording(pool)
     yield Eraser(
         RetentionStore(recording, settings.users_table),
-        Lifecycle.of(Database(pool, settings.users_table), client, settings),
+        lifecycle_over(pool, client, settings),
         storage,
         settings,
     )
@@ -142,7 +144,8 @@ async def test_purge_of_100k_rows_goes_in_chunks_through_indexes_while_writes_go
     settings: Settings, pool: asyncpg.Pool, eraser: Eraser
 ) -> None:
     tenant = f"scale-{secrets.token_hex(4)}"
-    db = Database(pool, settings.users_table)
+    batch_rows = BatchStore(pool)
+    file_rows = FileStore(pool, UsersTable(settings.users_table))
 
     # One chunk's delete, alone: the unit of the bound below.
     (probe,) = await ended_batches(pool, tenant, 1, 10 * CHUNK_ROWS)
@@ -164,8 +167,8 @@ async def test_purge_of_100k_rows_goes_in_chunks_through_indexes_while_writes_go
 
     # A running batch of the same tenant that keeps writing.
     running = secrets.token_hex(16)
-    await db.create_batch(running, tenant, keys.upload(running))
-    await db.start_batch(running, 10**6, 0)
+    await batch_rows.create(running, tenant, keys.upload(running))
+    await batch_rows.start(running, 10**6, 0)
     written = 0
 
     async def write(n: int) -> float:
@@ -177,10 +180,10 @@ async def test_purge_of_100k_rows_goes_in_chunks_through_indexes_while_writes_go
             for i in range(n)
         }
         started = time.perf_counter()
-        await db.record_files(running, rows)
+        await file_rows.record(running, rows)
         if written % (10 * n) == 0:  # an upload's durable row now and then
             upload = secrets.token_hex(16)
-            await db.create_batch(upload, f"{tenant}-up", keys.upload(upload))
+            await batch_rows.create(upload, f"{tenant}-up", keys.upload(upload))
         written += n
         return time.perf_counter() - started
 
@@ -209,7 +212,7 @@ async def test_purge_of_100k_rows_goes_in_chunks_through_indexes_while_writes_go
         await pool.fetchval("SELECT count(*) FROM pdfqueue_files WHERE batch_id = $1", running)
         == written
     )
-    assert await db.batch(running) is not None  # running: never purged
+    assert await batch_rows.get(running) is not None  # running: never purged
 
     longest = max(waits)
     bound = WAIT_FACTOR * max(chunk_s) + max(alone)

@@ -148,14 +148,14 @@ async def ingest_only(run: Run) -> None:
 async def start_round(run: Run) -> None:
     from redis.asyncio import Redis
 
-    from pdfqueue.lifecycle import Lifecycle
-    from pdfqueue.stores.db import Database, connect
+    from pdfqueue.runtime.stores import lifecycle_over
+    from pdfqueue.stores.postgres import connect
 
     s = run.settings
     pool = await connect(s.database_url, max_size=2)
     redis = Redis.from_url(s.redis_url)
     try:
-        lifecycle = Lifecycle.of(Database(pool, s.users_table), redis, s)
+        lifecycle = lifecycle_over(pool, redis, s)
         await lifecycle.requeue(run.batch_id, all_failed=False)
     finally:
         await redis.aclose()

@@ -10,7 +10,7 @@ import pytest
 
 from bench.labelled import SCAN_STYLES, Labelled, User, cached
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
-from pdfqueue.stores.db import UserRow
+from pdfqueue.stores.users import UserRow
 from pdfqueue_worker.extract import Extraction, Extractor
 from pdfqueue_worker.matching import Verdict, choose
 

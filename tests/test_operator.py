@@ -16,8 +16,8 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser
-from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
@@ -59,7 +59,7 @@ def accepted(status: dict[str, Any], obj: dict[str, Any]) -> bool:
 async def summary_of(settings: Settings, redis: Redis, batch_id: str) -> Any:
     pool = await connect(settings.database_url, max_size=1)
     try:
-        lifecycle = Lifecycle.of(Database(pool, settings.users_table), redis, settings)
+        lifecycle = lifecycle_over(pool, redis, settings)
         found = await lifecycle.read(batch_id)
         return found.summary if found is not None else None
     finally:
@@ -369,7 +369,7 @@ async def test_a_purged_batch_keeps_its_end_when_the_operator_resumes(
             "UPDATE pdfqueue_batches SET completed_at = now() - interval '1 day' WHERE id = $1",
             batch_id,
         )
-        lifecycle = Lifecycle.of(Database(pool, settings.users_table), redis, settings)
+        lifecycle = lifecycle_over(pool, redis, settings)
         eraser = Eraser(RetentionStore(pool, settings.users_table), lifecycle, storage, settings)
         await eraser.purge(older_than_s=3600, tenant="hr")
         assert (

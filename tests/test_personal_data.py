@@ -27,9 +27,9 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser
-from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability.logging import log_handler
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.samples import Corpus, Mix, build_corpus, seed_users, write_zip
@@ -69,7 +69,7 @@ async def eraser(settings: Settings) -> AsyncIterator[Eraser]:
     client = Redis.from_url(settings.redis_url)
     yield Eraser(
         RetentionStore(pool, settings.users_table),
-        Lifecycle.of(Database(pool, settings.users_table), client, settings),
+        lifecycle_over(pool, client, settings),
         storage,
         settings,
     )

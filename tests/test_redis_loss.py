@@ -23,7 +23,8 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.models import Claim, FileRef, Outcome
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.recovery import reconcile_batch, reconcile_if_reset, reconcile_running
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.queue import queued_with_prefix, remove
 from tests.support import faults
 from tests.support.faults import (
@@ -55,7 +56,7 @@ async def stores(run: Run) -> AsyncIterator[Lifecycle]:
     pool = await connect(s.database_url, max_size=2)
     redis = Redis.from_url(s.redis_url)
     try:
-        yield Lifecycle.of(Database(pool, s.users_table), redis, s)
+        yield lifecycle_over(pool, redis, s)
     finally:
         await redis.aclose()
         await pool.close()
@@ -128,8 +129,8 @@ async def test_redis_lost_mid_batch_both_batches_complete_exactly(
             assert (await run.summary())["total_files"] > mid[run.batch_id]  # lost mid-batch
             await check_invariants(run)  # exact counts, each user linked once, no stray PDF
         async with stores(by_api) as lifecycle:
-            assert await lifecycle.db.active_batches("acme") == 0  # the quota slot is free
-            assert await lifecycle.db.pdfbatch_uid(by_operator.batch_id) == uid
+            assert await lifecycle.batches.active_count("acme") == 0  # the quota slot is free
+            assert await lifecycle.batches.pdfbatch_uid(by_operator.batch_id) == uid
         again = await upload(http, by_api)
         assert again.status_code == 202, again.text
     logs = "".join(w.log_path.read_text(errors="replace") for w in by_api.workers)
@@ -141,11 +142,11 @@ async def claim_again_links_nobody_twice(run: Run) -> None:
     """What a file processed twice would do (a job of the lost Redis still running beside its
     rebuilt copy): the claim links a user only while their pdf_url is NULL."""
     async with stores(run) as lifecycle:
-        db = lifecycle.db
-        linked = [f for f in await db.files(run.batch_id) if f.outcome == "linked"]
+        files = lifecycle.files
+        linked = [f for f in await files.read(run.batch_id) if f.outcome == "linked"]
         assert linked
         users = dict(
-            await db.pool.fetch(
+            await files.pool.fetch(
                 f'SELECT id, pdf_url FROM "{run.settings.users_table}" WHERE id = ANY($1)',
                 [f.user_id for f in linked],
             )
@@ -155,11 +156,11 @@ async def claim_again_links_nobody_twice(run: Run) -> None:
             Claim(FileRef(run.batch_id, f.index, f.name), f.user_id, f"pdfs/x/{f.index}", "00")
             for f in linked
         ] + [Claim(FileRef(run.batch_id, new_index, "again.pdf"), linked[0].user_id, "k", "00")]
-        decided = await db.claim(claims)
+        decided = await files.claim(claims)
         assert all(d.outcome is Outcome.LINKED for r, d in decided.items() if r.index < new_index)
         assert decided[claims[-1].ref].outcome is Outcome.SKIPPED_ALREADY_EXISTS
         after = dict(
-            await db.pool.fetch(
+            await files.pool.fetch(
                 f'SELECT id, pdf_url FROM "{run.settings.users_table}" WHERE id = ANY($1)',
                 list(users),
             )

@@ -496,7 +496,7 @@ async def adopted(
     client = RetryInside(await connect(str(operator_kubeconfig)))
     client.redis = redis
     reconciler = BatchReconciler(
-        config, stores.redis, stores.db, stores.lifecycle, stores.storage, client
+        config, stores.redis, stores.batches, stores.lifecycle, stores.storage, client
     )
     scene = Adopted(kube, namespace, batch_id, settings, stores, client, reconciler)
     client.retry = scene.retry

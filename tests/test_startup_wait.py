@@ -45,7 +45,7 @@ async def test_the_worker_waits_for_postgresql_to_come_up(settings: Settings) ->
     server = await asyncio.start_server(relay, "127.0.0.1", port)
     try:
         stores = await asyncio.wait_for(opening, 30)
-        assert await stores.db.pool.fetchval("SELECT 1") == 1
+        assert await stores.pool.fetchval("SELECT 1") == 1
         await stores.close()
     finally:
         server.close()

@@ -8,7 +8,9 @@ import asyncpg
 
 from pdfqueue.domain.models import Claim, Decision, FileRef, Outcome
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.files import FileStore
+from pdfqueue.stores.postgres import UsersTable, connect
 from pdfqueue_dev.samples import SampleUser, seed_users
 
 BATCH_FILES = 3000
@@ -35,28 +37,28 @@ async def test_a_jobs_claim_and_record_do_not_read_the_whole_batch(
     await seed_users(db, users, table=settings.users_table)
     pool = await connect(settings.database_url, min_size=1, max_size=1)  # one backend to flush
     try:
-        database = Database(pool, settings.users_table)
+        files = FileStore(pool, UsersTable(settings.users_table))
         batch_id = uuid.uuid4().hex
-        await database.create_batch(batch_id, "statements", "uploads/x.zip")
+        await BatchStore(pool).create(batch_id, "statements", "uploads/x.zip")
         # as in a running batch: the planner's statistics predate this batch's files
         await db.execute("ANALYZE pdfqueue_files")
         earlier = {
             FileRef(batch_id, i, f"{i}.pdf"): Decision(Outcome.SKIPPED_NO_MATCH, "no_email")
             for i in range(BATCH_FILES)
         }
-        await database.record_files(batch_id, earlier)
+        await files.record(batch_id, earlier)
 
         before = await index_fetches(pool)
         claims = [
             Claim(FileRef(batch_id, BATCH_FILES + u.id, "l.pdf"), u.id, f"pdfs/{u.id}/a.pdf", "a")
             for u in users
         ]
-        claimed = await database.claim(claims)
+        claimed = await files.claim(claims)
         more = {
             FileRef(batch_id, BATCH_FILES + JOB + i, f"m{i}.pdf"): Decision(Outcome.FAILED, "x")
             for i in range(1, JOB + 1)
         }
-        recorded = await database.record_files(batch_id, more)
+        recorded = await files.record(batch_id, more)
         fetched = await index_fetches(pool) - before
     finally:
         await pool.close()

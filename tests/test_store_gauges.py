@@ -20,7 +20,8 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.runtime.stores import API, Stores
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.schema import migrate
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.faults import Services
@@ -53,7 +54,7 @@ async def count_one(stores: Stores, batch_id: str, index: int) -> None:
 
 
 async def test_the_age_of_the_stalest_batch_follows_its_count(stores: Stores) -> None:
-    gauges = StoreGauges(stores.redis, stores.db)
+    gauges = StoreGauges(stores.redis, stores.batches)
     metrics.register("postgres")
     ours = await running_batch(stores, 3)
 
@@ -78,7 +79,7 @@ async def test_the_age_of_the_stalest_batch_follows_its_count(stores: Stores) ->
     assert (sample("pdfqueue_batch_oldest_progress_age_seconds") or 0) >= 1100.0
 
     # finished, it is no longer watched
-    await stores.db.finish_batch(ours, BatchStatus.COMPLETED)
+    await stores.batches.finish(ours, BatchStatus.COMPLETED)
     await gauges.poll(now=1400.0)
     assert gauges.clock.moved_at(ours) is None
 
@@ -90,7 +91,7 @@ async def test_postgres_up_follows_a_real_outage(settings: Settings, tmp_path: P
     services.run("start", "--only", "postgres")
     stores = await Stores.open(settings, API)
     pool = await connect(services.env()["PDFQUEUE_DATABASE_URL"], max_size=2)
-    gauges = StoreGauges(stores.redis, Database(pool, settings.users_table), interval_s=0.2)
+    gauges = StoreGauges(stores.redis, BatchStore(pool), interval_s=0.2)
     try:
         async with pool.acquire() as conn:
             await migrate(conn)

@@ -28,7 +28,9 @@ from pdfqueue.domain.errors import (
 from pdfqueue.domain.models import Decision, FileRef, Outcome, failed
 from pdfqueue.domain.names import MAX_MEMBER_NAME_BYTES, REPLACEMENT
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.files import FileStore
+from pdfqueue.stores.postgres import UsersTable, connect
 from pdfqueue.stores.state import BatchState
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.samples import CLEAN, render_pdf
@@ -142,23 +144,23 @@ async def test_a_name_that_is_not_its_claimed_utf8_fails_that_file_not_the_archi
 
 
 @pytest.fixture
-async def database(settings: Settings, db: asyncpg.Connection) -> Database:
+async def files(settings: Settings, db: asyncpg.Connection) -> FileStore:
     """The real store, on a batch of this test's own (its rows go with the batch)."""
     pool = await connect(settings.database_url, max_size=2)
-    return Database(pool, settings.users_table)
+    return FileStore(pool, UsersTable(settings.users_table))
 
 
-async def _new_batch(store: Database) -> str:
+async def _new_batch(files: FileStore) -> str:
     batch_id = uuid.uuid4().hex
-    await store.create_batch(batch_id, "acme", f"uploads/{batch_id}.zip")
+    await BatchStore(files.pool).create(batch_id, "acme", f"uploads/{batch_id}.zip")
     return batch_id
 
 
-async def test_a_per_file_write_cannot_fail_on_the_files_own_data(database: Database) -> None:
+async def test_a_per_file_write_cannot_fail_on_the_files_own_data(files: FileStore) -> None:
     """Names no PostgreSQL text takes (NUL, a lone surrogate), a huge one, and a value the
     database refuses (a user id past bigint): each file gets a row, its neighbours theirs."""
     try:
-        batch_id = await _new_batch(database)
+        batch_id = await _new_batch(files)
         rows = {
             FileRef(batch_id, 0, "nul\x00inside.pdf"): failed("corrupt_member"),
             FileRef(batch_id, 1, "lone\ud800surrogate.pdf"): failed("corrupt_member"),
@@ -168,7 +170,7 @@ async def test_a_per_file_write_cannot_fail_on_the_files_own_data(database: Data
             ),
             FileRef(batch_id, 4, "neighbour.pdf"): Decision(Outcome.SKIPPED_NO_MATCH, "no_email"),
         }
-        stored = await database.record_files(batch_id, rows)
+        stored = await files.record(batch_id, rows)
         assert {i: (d.outcome, d.reason) for i, d in stored.items()} == {
             0: (Outcome.FAILED, "corrupt_member"),
             1: (Outcome.FAILED, "corrupt_member"),
@@ -176,7 +178,7 @@ async def test_a_per_file_write_cannot_fail_on_the_files_own_data(database: Data
             3: (Outcome.FAILED, "invalid_data"),
             4: (Outcome.SKIPPED_NO_MATCH, "no_email"),
         }
-        names = {f.index: f.name for f in await database.files(batch_id)}
+        names = {f.index: f.name for f in await files.read(batch_id)}
         assert names[0] == f"nul{REPLACEMENT}inside.pdf"
         assert names[1] == f"lone{REPLACEMENT}surrogate.pdf"
         assert len(names[2].encode()) <= MAX_MEMBER_NAME_BYTES
@@ -184,24 +186,24 @@ async def test_a_per_file_write_cannot_fail_on_the_files_own_data(database: Data
         assert names[3] == "refused.pdf"  # its row: failed, without the value refused
         assert names[4] == "neighbour.pdf"
 
-        await database.record_ignored(batch_id, [(5, "n\x00" * 3000 + ".txt", "not_a_pdf")])
-        ignored = [f for f in await database.files(batch_id) if f.index == 5]
+        await files.record_ignored(batch_id, [(5, "n\x00" * 3000 + ".txt", "not_a_pdf")])
+        ignored = [f for f in await files.read(batch_id) if f.index == 5]
         assert ignored[0].outcome == "ignored"
         assert len(ignored[0].name.encode()) <= MAX_MEMBER_NAME_BYTES
     finally:
-        await database.pool.close()
+        await files.pool.close()
 
 
-async def test_a_data_error_is_invalid_data_not_an_outage(database: Database) -> None:
+async def test_a_data_error_is_invalid_data_not_an_outage(files: FileStore) -> None:
     try:
         with pytest.raises(InvalidData) as caught:
-            await database.list_batches("acme\x00", before=None, limit=1)
+            await BatchStore(files.pool).newest("acme\x00", before=None, limit=1)
         assert caught.value.http_status == 422
         assert caught.value.sqlstate == "22021"
         assert "\x00" not in str(caught.value)
         assert "acme" not in caught.value.public_detail()
     finally:
-        await database.pool.close()
+        await files.pool.close()
 
 
 def _cursor(created: object, batch_id: object) -> str:

@@ -21,8 +21,8 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import BatchConflict, InvalidBatchId, SourceOutsideBucket, UnsafeSource
 from pdfqueue.domain.settings import Settings
-from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
@@ -396,7 +396,7 @@ async def test_live_state_is_never_created_with_another_tenant_than_postgresql_h
     await redis.delete(keys.batch(victim))  # its live state expired
     pool = await connect(settings.database_url, max_size=1)
     try:
-        lifecycle = Lifecycle.of(Database(pool, settings.users_table), redis, settings)
+        lifecycle = lifecycle_over(pool, redis, settings)
         for tenant, uid in (("globex", None), ("acme", "not-the-api")):
             with pytest.raises(BatchConflict):
                 await lifecycle.register(

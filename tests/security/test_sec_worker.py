@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain.errors import DirectoryTooLarge
 from pdfqueue.domain.settings import Settings
-from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
 from pdfqueue_dev.samples import seed_users
@@ -231,7 +231,7 @@ async def test_ingest_fails_a_huge_directory_with_its_reason_and_nothing_else(
     batch_id = uuid.uuid4().hex
     pool = await connect(settings.database_url, max_size=2)
     try:
-        await Lifecycle.of(Database(pool, settings.users_table), redis, settings).register(
+        await lifecycle_over(pool, redis, settings).register(
             batch_id=batch_id,
             tenant="acme",
             source_key=source,

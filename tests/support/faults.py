@@ -17,8 +17,8 @@ import pytest
 
 from pdfqueue.domain.models import COUNTERS
 from pdfqueue.domain.settings import Settings
-from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import Child, free_ports, wait_until_async
 from pdfqueue_dev.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
@@ -213,7 +213,7 @@ async def prepare(
     from redis.asyncio import Redis
 
     redis = Redis.from_url(settings.redis_url)
-    await Lifecycle.of(Database(pool, settings.users_table), redis, settings).register(
+    await lifecycle_over(pool, redis, settings).register(
         batch_id=run.batch_id,
         tenant=tenant,
         source_key=source,

@@ -31,7 +31,7 @@ from pdfqueue.domain.errors import (
     transient_reason,
     transient_reasons,
 )
-from pdfqueue.stores.drivers import classify_sqlstate, postgres_error, redis_error
+from pdfqueue.stores.driver_errors import classify_sqlstate, postgres_error, redis_error
 from pdfqueue.stores.storage.s3errors import botocore_error, s3_error
 
 SQLSTATES: dict[str, type[PdfQueueError]] = {

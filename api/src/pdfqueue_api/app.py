@@ -43,7 +43,7 @@ from pdfqueue.observability import metrics
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.runtime.stores import API, Stores
-from pdfqueue.stores import schema
+from pdfqueue.stores import postgres, schema
 from pdfqueue.stores.queue import check_durability
 from pdfqueue_api.auth import require_tenant
 from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, EventStream, event_id
@@ -147,11 +147,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             publisher = PdfBatchPublisher(settings.kubernetes_namespace, settings.kubeconfig)
         app.state.settings = settings
         app.state.service = BatchService(
-            settings, stores.redis, stores.lifecycle, stores.db, stores.storage, publisher
+            settings,
+            stores.redis,
+            stores.lifecycle,
+            stores.pool,
+            stores.batches,
+            stores.files,
+            stores.storage,
+            publisher,
         )
         gauges = QueueGauges(stores.redis, settings.queue_name, settings.metrics_interval_s)
         gauges.start()
-        store_gauges = StoreGauges(stores.redis, stores.db, settings.metrics_interval_s)
+        store_gauges = StoreGauges(stores.redis, stores.batches, settings.metrics_interval_s)
         store_gauges.start()
         app.state.feed = BatchFeed(
             app.state.service.read,
@@ -364,9 +371,9 @@ def _add_routes(app: FastAPI) -> None:
         the schema's versions)."""
         checks = {
             "redis": service.lifecycle.ping(),
-            "postgresql": service.db.check(),
+            "postgresql": postgres.ping(service.pool),
             "storage": service.storage.check(),
-            "schema": schema.require(service.db.pool),
+            "schema": schema.require(service.pool),
         }
         results = await asyncio.gather(
             *(asyncio.wait_for(c, DEPENDENCY_TIMEOUT_S) for c in checks.values()),

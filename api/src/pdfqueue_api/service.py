@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
 
+import asyncpg
 from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
@@ -39,8 +40,9 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import BatchErasure, Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import tracing
-from pdfqueue.stores import webhooks
-from pdfqueue.stores.db import Database
+from pdfqueue.stores import postgres, webhooks
+from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.quotas import Admission, Quotas
 from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
@@ -60,7 +62,9 @@ class BatchService:
     settings: Settings
     redis: Redis
     lifecycle: Lifecycle
-    db: Database
+    pool: asyncpg.Pool
+    batch_store: BatchStore
+    file_store: FileStore
     storage: Storage
     publisher: PdfBatchPublisher | None = None
     """Set in Kubernetes mode (PDFQUEUE_KUBERNETES_NAMESPACE): one PdfBatch per upload."""
@@ -68,8 +72,8 @@ class BatchService:
     eraser: Eraser = field(init=False)
 
     def __post_init__(self) -> None:
-        self.quotas = Quotas(self.redis, self.db, self.settings)
-        retention = RetentionStore(self.db.pool, self.settings.users_table)
+        self.quotas = Quotas(self.redis, self.batch_store, self.settings)
+        retention = RetentionStore(self.pool, self.settings.users_table)
         self.eraser = Eraser(retention, self.lifecycle, self.storage, self.settings)
 
     @asynccontextmanager
@@ -97,7 +101,7 @@ class BatchService:
     async def ping(self) -> None:
         """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down."""
         await _guard("redis", self.lifecycle.ping())
-        await _guard("postgresql", self.db.check())
+        await _guard("postgresql", postgres.ping(self.pool))
 
     async def create(
         self,
@@ -116,7 +120,7 @@ class BatchService:
         batch_id = batch_id or uuid.uuid4().hex
         tracing.annotate(batch_id=batch_id)
         if callback:  # kept first, so the batch can never complete without it
-            await _guard("postgresql", webhooks.remember(self.db, batch_id, callback))
+            await _guard("postgresql", webhooks.remember(self.pool, batch_id, callback))
         key = keys.upload(batch_id)
         try:
             await store_upload(
@@ -144,7 +148,7 @@ class BatchService:
         return batch_id
 
     async def _undo(self, batch_id: str, key: str) -> None:
-        for step in (self.storage.delete(key), webhooks.forget(self.db, batch_id)):
+        for step in (self.storage.delete(key), webhooks.forget(self.pool, batch_id)):
             try:  # best effort: the service that failed may still be down
                 await asyncio.wait_for(step, DEPENDENCY_TIMEOUT_S)
             except Exception as exc:
@@ -202,7 +206,7 @@ class BatchService:
         """The per-file report; which user a file went to is shown to trusted tenants only."""
         await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
         trusted = tenant in self.settings.trusted_tenants
-        async for row in self.db.iter_files(batch_id):
+        async for row in self.file_store.iterate(batch_id):
             yield row if trusted else row.model_copy(update=HIDDEN_FROM_TENANTS)
 
     async def batches(self, tenant: str, cursor: str | None, limit: int) -> BatchPage:
@@ -210,7 +214,7 @@ class BatchService:
         before = decode_cursor(cursor) if cursor else None
         try:
             rows = await _guard(
-                "postgresql", self.db.list_batches(tenant, before=before, limit=limit + 1)
+                "postgresql", self.batch_store.newest(tenant, before=before, limit=limit + 1)
             )
         except InvalidData as exc:  # a value the checks above missed: still the cursor's fault
             raise InvalidCursor from exc
@@ -221,8 +225,8 @@ class BatchService:
     async def file_page(self, tenant: str, batch_id: str, query: FileQuery) -> FilePage:
         """One page of the report, filtered and sorted in PostgreSQL (an index each)."""
         await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
-        total, rows = await _guard("postgresql", self.db.file_page(batch_id, query))
-        reasons = await _guard("postgresql", self.db.reason_counts(batch_id))
+        total, rows = await _guard("postgresql", self.file_store.page(batch_id, query))
+        reasons = await _guard("postgresql", self.file_store.reason_counts(batch_id))
         if tenant not in self.settings.trusted_tenants:
             rows = [row.model_copy(update=HIDDEN_FROM_TENANTS) for row in rows]
         return FilePage(

@@ -39,8 +39,9 @@ from pdfqueue.domain.models import (
 )
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
-from pdfqueue.stores.db import Database
+from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.fair import drop_pending
+from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.queue import Job, enqueue, forget_results, queued_with_prefix, remove
 from pdfqueue.stores.state import BatchState, Recorded
 
@@ -51,7 +52,8 @@ log = logging.getLogger(__name__)
 class Lifecycle:
     """Batch transitions over one PostgreSQL, one Redis and one queue."""
 
-    db: Database
+    batches: BatchStore
+    files: FileStore
     state: BatchState
     redis: Redis
     queue_name: str
@@ -59,8 +61,11 @@ class Lifecycle:
     """Run with the batch id on every completion written here, a repeated one included."""
 
     @classmethod
-    def of(cls, db: Database, redis: Redis, settings: Settings) -> Lifecycle:
-        return cls(db, BatchState(redis, settings.batch_ttl_s), redis, settings.queue_name)
+    def of(
+        cls, batches: BatchStore, files: FileStore, redis: Redis, settings: Settings
+    ) -> Lifecycle:
+        state = BatchState(redis, settings.batch_ttl_s)
+        return cls(batches, files, state, redis, settings.queue_name)
 
     async def ping(self) -> None:
         """Raise RedisUnavailable unless Redis answers."""
@@ -73,7 +78,7 @@ class Lifecycle:
         live = await self.state.read(batch_id)
         if live is not None:
             return live
-        row = await self.db.batch(batch_id)
+        row = await self.batches.get(batch_id)
         return OwnedBatch(row.summary, row.tenant) if row is not None else None
 
     async def read_for(self, tenant: str, batch_id: str) -> BatchSummary:
@@ -117,7 +122,7 @@ class Lifecycle:
         deterministic. An existing row with another tenant, source or PdfBatch raises
         BatchConflict: live state only ever carries the tenant PostgreSQL holds.
         """
-        row = await self.db.create_batch(
+        row = await self.batches.create(
             batch_id,
             tenant,
             source_key,
@@ -143,7 +148,7 @@ class Lifecycle:
         """Undo `register` of an upload that failed: best effort, each step within
         `timeout_s`, as the store that failed may still be down."""
         for step in (
-            self.db.delete_batch(batch_id),
+            self.batches.delete(batch_id),
             self.state.delete(batch_id),
             remove(self.redis, self.queue_name, [keys.ingest_job(batch_id)]),
         ):
@@ -158,8 +163,8 @@ class Lifecycle:
         """Ingest listed the archive: `total_files` to process, `ignored` members (index,
         name, reason) only reported. PENDING becomes PROCESSING, or COMPLETED at once when
         nothing is left to process."""
-        await self.db.record_ignored(batch_id, ignored)
-        await self.db.start_batch(batch_id, total_files, len(ignored))
+        await self.files.record_ignored(batch_id, ignored)
+        await self.batches.start(batch_id, total_files, len(ignored))
         status = await self.state.start(batch_id, total_files, len(ignored))
         if status is None:
             await self.restore(batch_id)
@@ -178,7 +183,7 @@ class Lifecycle:
         retry finds, so the retry reports the same outcomes and the Redis script counts each
         once. The file that completes the batch completes its durable row too.
         """
-        stored = await self.db.record_files(
+        stored = await self.files.record(
             batch_id, {ref: d for ref, d in decided.items() if not d.stored}
         )
         # what counts is what PostgreSQL holds: an earlier try's row wins over this try's
@@ -198,7 +203,7 @@ class Lifecycle:
     async def _completed(self, batch_id: str, *, first: bool) -> None:
         """Redis says COMPLETED: the durable row follows, then the hook. `first` is the one
         write that completed it (a redelivery repeats the rest, not the metric)."""
-        await self.db.finish_batch(batch_id, BatchStatus.COMPLETED)
+        await self.batches.finish(batch_id, BatchStatus.COMPLETED)
         if first:
             metrics.batch_entered(BatchStatus.COMPLETED)
             log.info("batch completed", extra={"batch_id": batch_id})
@@ -215,12 +220,12 @@ class Lifecycle:
         file, or its last round still runs. Safe to call again: a round whose Redis step or
         job is missing (its caller died) is completed, not started twice.
         """
-        round_ = await self.db.begin_retry(batch_id, all_failed=all_failed)
+        round_ = await self.files.begin_retry(batch_id, all_failed=all_failed)
         outcome = await self._reset_live(round_)
         if not round_.started and outcome == "running" and await self.status(batch_id) in TERMINAL:
             # The last round completed in Redis; whoever completed it died before PostgreSQL.
             await self.settle(batch_id)
-            round_ = await self.db.begin_retry(batch_id, all_failed=all_failed)
+            round_ = await self.files.begin_retry(batch_id, all_failed=all_failed)
             outcome = await self._reset_live(round_)
         job = Job(
             keys.retry_job(batch_id, round_.number),
@@ -237,7 +242,7 @@ class Lifecycle:
 
     async def _reset_live(self, round_: RetryRound) -> str:
         """The round's Redis step: 'started', 'running' (done already) or 'restored'."""
-        files = await self.db.retrying_files(round_.batch_id)
+        files = await self.files.retrying(round_.batch_id)
         outcome = await self.state.reset_for_retry(round_.batch_id, round_.number, list(files))
         if outcome == "missing":  # live state expired: the durable record has the round
             await self.restore(round_.batch_id)
@@ -263,7 +268,7 @@ class Lifecycle:
     async def fail(self, batch_id: str, error: str) -> None:
         """The batch cannot run (its archive is refused, ingest ran out of tries)."""
         await self.state.set_status(batch_id, BatchStatus.FAILED, error)
-        await self.db.finish_batch(batch_id, BatchStatus.FAILED, error)
+        await self.batches.finish(batch_id, BatchStatus.FAILED, error)
         metrics.batch_entered(BatchStatus.FAILED)
 
     async def cancel(self, batch_id: str) -> int:
@@ -274,7 +279,7 @@ class Lifecycle:
         The caller decides whether the batch may still be cancelled, i.e. is not terminal.
         """
         await self.state.set_status(batch_id, BatchStatus.CANCELLED)
-        await self.db.finish_batch(batch_id, BatchStatus.CANCELLED)
+        await self.batches.finish(batch_id, BatchStatus.CANCELLED)
         metrics.batch_entered(BatchStatus.CANCELLED)
         dropped = await drop_pending(self.redis, self.queue_name, batch_id)
         pending = [keys.ingest_job(batch_id)]
@@ -299,18 +304,18 @@ class Lifecycle:
         """
         live = await self.state.read(batch_id)
         if live is not None and live.summary.status in TERMINAL:
-            await self.db.finish_batch(batch_id, live.summary.status, live.summary.error)
+            await self.batches.finish(batch_id, live.summary.status, live.summary.error)
 
     async def restore(self, batch_id: str, *, stale: bool = False) -> bool:
         """Rebuild missing live state from the durable rows (it outlived its TTL, or Redis
         lost it); returns whether it was written. Live state found there is left alone
         (another restore wrote it first), unless `stale`: the caller saw no work of the batch
         in Redis (so nobody records meanwhile) and live counts behind PostgreSQL's."""
-        row = await self.db.batch(batch_id)
+        row = await self.batches.get(batch_id)
         if row is None:
             return False
         summary = row.summary
-        outcomes = await self.db.outcomes(batch_id)
+        outcomes = await self.files.outcomes(batch_id)
         if (
             summary.status is BatchStatus.PROCESSING
             and summary.total_files is not None
@@ -342,7 +347,7 @@ class Lifecycle:
         batch's rebuild lock, so two rebuilds never queue two. A batch every file of which
         has an outcome completes here instead, and one Redis says has ended is settled.
         """
-        row = await self.db.batch(batch_id)
+        row = await self.batches.get(batch_id)
         if row is None or row.summary.status in TERMINAL:
             return Rebuilt(batch_id, row.tenant if row else "", ())
         what: list[str] = []

@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import TERMINAL, BatchStatus
 from pdfqueue.lifecycle import Lifecycle, Rebuilt
-from pdfqueue.stores.db import BatchActivity
+from pdfqueue.stores.batches import BatchActivity
 from pdfqueue.stores.fair import pending_of
 from pdfqueue.stores.queue import queued_by_batch
 
@@ -141,7 +141,7 @@ async def survey(lifecycle: Lifecycle, batch_ids: list[str]) -> dict[str, Health
     pending = await pending_of(lifecycle.redis, lifecycle.queue_name, batch_ids)
     queued = await queued_by_batch(lifecycle.redis, lifecycle.queue_name)
     live = await lifecycle.live_brief(batch_ids)
-    rows = await lifecycle.db.activity(running=False, batch_ids=batch_ids)  # after Redis
+    rows = await lifecycle.batches.activity(running=False, batch_ids=batch_ids)  # after Redis
     found: dict[str, Health] = {}
     for a in rows:
         s = a.row.summary
@@ -170,7 +170,7 @@ async def reconcile_running(
     """
     report = Report()
     since = datetime.now(UTC) - timedelta(seconds=grace_s)
-    running = await lifecycle.db.activity(tenant=tenant, queue_name=lifecycle.queue_name)
+    running = await lifecycle.batches.activity(tenant=tenant, queue_name=lifecycle.queue_name)
     ids = [a.row.summary.batch_id for a in running if a.row.summary.created_at <= since]
     report.checked = len(ids)
     for batch_id, health in (await survey(lifecycle, ids)).items():
@@ -242,7 +242,7 @@ async def reconcile_batch(lifecycle: Lifecycle, batch_id: str) -> Rebuilt | None
     try:
         health = (await survey(lifecycle, [batch_id])).get(batch_id)
         if health is None or not health.needs_rebuild:
-            row = await lifecycle.db.batch(batch_id)
+            row = await lifecycle.batches.get(batch_id)
             return Rebuilt(batch_id, row.tenant if row else "", (), row.summary if row else None)
         return await lifecycle.rebuild(
             batch_id,

@@ -18,7 +18,7 @@ from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.pdfbatch import DEFAULT_TENANT
 from pdfqueue.domain.settings import Settings, valid_tenant
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database
+from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_operator.errors import BatchNotAdoptable, SourceNotAllowed, TenantNotAllowed
 from pdfqueue_operator.kube import Kube
@@ -33,7 +33,7 @@ ANY_TENANT = "*"
 class BatchReconciler:
     settings: Settings
     redis: Redis
-    db: Database
+    batches: BatchStore
     lifecycle: Lifecycle
     storage: Storage
     kube: Kube
@@ -89,7 +89,7 @@ class BatchReconciler:
         key = self.storage.key_from_url(obj.spec.source)
         if obj.adopted_id is not None:
             batch_id = keys.checked(obj.adopted_id)
-            bound = await self.db.bind_pdfbatch(
+            bound = await self.batches.bind_pdfbatch(
                 batch_id, obj.ref.uid, tenant=tenant, source_key=key
             )
             if bound is None:
@@ -103,7 +103,7 @@ class BatchReconciler:
         """The batch ran and is gone: retention purged it, or its tenant erased it. Its
         object keeps the end it showed; registering it again would run the batch again from
         a source that may be gone, or fail an object that succeeded."""
-        return await self.db.batch(batch_id) is None and await self.db.was_removed(batch_id)
+        return await self.batches.get(batch_id) is None and await self.batches.was_removed(batch_id)
 
     async def _register(self, obj: PdfBatchObject, batch_id: str, tenant: str, key: str) -> None:
         folder = f"{self.settings.operator_source_prefix}{tenant}/"
@@ -125,7 +125,7 @@ class BatchReconciler:
         Nothing happens unless the batch is bound to that very object: deleting an object
         that merely named a batch (a forged annotation, a refused object) cancels nothing.
         """
-        if not keys.is_batch_id(batch_id) or await self.db.pdfbatch_uid(batch_id) != uid:
+        if not keys.is_batch_id(batch_id) or await self.batches.pdfbatch_uid(batch_id) != uid:
             return None
         found = await self.lifecycle.read(batch_id)
         dropped = None
@@ -158,7 +158,7 @@ class BatchReconciler:
         fingerprint = summary.model_dump_json()
         if self._written.get(batch_id) == fingerprint:
             return
-        if await self.db.pdfbatch_uid(batch_id) != ref.uid:  # e.g. left by an older operator
+        if await self.batches.pdfbatch_uid(batch_id) != ref.uid:  # e.g. left by an older operator
             log.warning(
                 "batch %s is not bound to PdfBatch %s/%s", batch_id, ref.namespace, ref.name
             )

@@ -67,7 +67,7 @@ class Operator:
         reconciler = BatchReconciler(
             settings,
             stores.redis,
-            stores.db,
+            stores.batches,
             stores.lifecycle,
             stores.storage,
             client,

@@ -55,7 +55,10 @@ async def startup(ctx: dict[str, Any]) -> None:
         settings=settings,
         redis=redis,
         lifecycle=replace(stores.lifecycle, on_completed=partial(announce, stores)),
-        db=stores.db,
+        pool=stores.pool,
+        batches=stores.batches,
+        files=stores.files,
+        users=stores.users,
         storage=stores.storage,
         extractor=Extractor.from_settings(settings),
     )
@@ -64,7 +67,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     except Exception as exc:  # as before `start`: the first job starts the pool, or fails its PDFs
         log.warning("the parsing processes did not start (%r); the first job tries again", exc)
     try:
-        await ctx["deps"].db.check_users_table()
+        await ctx["deps"].users.check_table()
     except (DatabaseSchemaError, DatabaseUnavailable) as exc:
         log.error(  # loud, but no crash loop: the host application may create it later
             "PDFQUEUE_USERS_TABLE %r cannot be read (%s): PDFs will be retried and then fail"
@@ -77,7 +80,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     metrics.WORKER_MAX_JOBS.set(settings.max_jobs)
     ctx["gauges"] = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
     ctx["gauges"].start()
-    ctx["store_gauges"] = StoreGauges(redis, stores.db, settings.metrics_interval_s)
+    ctx["store_gauges"] = StoreGauges(redis, stores.batches, settings.metrics_interval_s)
     ctx["store_gauges"].start()
     ctx["heartbeat"] = heartbeat.start(redis, settings)
     if settings.dispatch_fair:

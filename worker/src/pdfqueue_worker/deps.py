@@ -5,12 +5,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import asyncpg
 from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.db import Database
+from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.users import UserStore
 from pdfqueue_worker.archive import Limits
 from pdfqueue_worker.extract import Extractor
 
@@ -20,7 +23,10 @@ class Deps:
     settings: Settings
     redis: Redis
     lifecycle: Lifecycle
-    db: Database
+    pool: asyncpg.Pool
+    batches: BatchStore
+    files: FileStore
+    users: UserStore
     storage: Storage
     extractor: Extractor
 

@@ -148,7 +148,7 @@ async def _delivery(deps: Deps, batch_id: str, round_: int, attempt: int) -> Del
     if found is None:
         return "unknown batch"
     tenant, summary = found.tenant, found.summary
-    url = await callback_of(deps.db, batch_id) or deps.settings.webhook_urls.get(tenant)
+    url = await callback_of(deps.pool, batch_id) or deps.settings.webhook_urls.get(tenant)
     if not url:
         return "no webhook"
     if summary.status is not BatchStatus.COMPLETED or summary.retries != round_:
@@ -174,7 +174,7 @@ async def _note(
     deps: Deps, delivery: Delivery, code: int | None = None, error: str | None = None
 ) -> None:
     await record_attempt(
-        deps.db,
+        deps.pool,
         delivery.batch_id,
         delivery.round,
         delivery.attempt,

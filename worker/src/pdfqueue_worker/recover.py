@@ -48,7 +48,7 @@ async def recover(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
 
 
 async def _recover(deps: Deps, job_id: str, batch_id: str, source: str) -> str:
-    row = await deps.db.batch(batch_id)
+    row = await deps.batches.get(batch_id)
     if row is None:
         return "unknown batch"
     if row.summary.status in TERMINAL or await deps.lifecycle.status(batch_id) in TERMINAL:
@@ -62,8 +62,8 @@ async def _recover(deps: Deps, job_id: str, batch_id: str, source: str) -> str:
             await deps.lifecycle.fail(batch_id, f"recovery: {exc}")
             return "archive unreadable"
         listing = Listing()
-    done = await deps.db.outcomes(batch_id)
-    retrying = await deps.db.retrying_files(batch_id)
+    done = await deps.files.outcomes(batch_id)
+    retrying = await deps.files.retrying(batch_id)
     listed = {m.index for m in listing.pdfs}
     lost = {
         FileRef(batch_id, i, name): failed(why.reason)

@@ -49,7 +49,7 @@ async def _fan_out(deps: Deps, batch_id: str, source: str, round_: int) -> str:
     if await deps.lifecycle.status(batch_id) is BatchStatus.CANCELLED:
         await deps.lifecycle.settle(batch_id)
         return "cancelled"
-    names = await deps.db.retrying_files(batch_id)
+    names = await deps.files.retrying(batch_id)
     todo = set(await deps.lifecycle.unrecorded(batch_id, sorted(names)))
     if not todo:
         return "nothing to do"
@@ -92,7 +92,7 @@ async def _fan_out(deps: Deps, batch_id: str, source: str, round_: int) -> str:
 
 async def _give_up(deps: Deps, batch_id: str, reason: str) -> str:
     """Out of tries: the round's undecided files fail with the last error, the batch ends."""
-    names = await deps.db.retrying_files(batch_id)
+    names = await deps.files.retrying(batch_id)
     todo = await deps.lifecycle.unrecorded(batch_id, sorted(names))
     await record_outcomes(
         deps, batch_id, {FileRef(batch_id, i, names[i]): failed(reason) for i in todo}

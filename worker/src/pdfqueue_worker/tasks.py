@@ -33,8 +33,8 @@ from pdfqueue.domain.models import (
 )
 from pdfqueue.observability import metrics
 from pdfqueue.observability.tracing import file_event
-from pdfqueue.stores.db import UserRow
 from pdfqueue.stores.queue import Job
+from pdfqueue.stores.users import UserRow
 from pdfqueue_worker.archive import (
     Member,
     list_members,
@@ -403,7 +403,7 @@ async def _match(
         with stage("match"):
             addresses = wanted((c for r in found.values() for c in r.candidates), domains)
             # every file of a job is of one batch, whose tenant scopes the users it may match
-            users = await deps.db.users_by_email(addresses, batch_id=next(iter(found)).batch_id)
+            users = await deps.users.by_email(addresses, batch_id=next(iter(found)).batch_id)
         for ref, extraction in found.items():
             verdict = choose(extraction.candidates, users, domains)
             if verdict.user is not None:
@@ -486,7 +486,7 @@ async def _link(
             *(deps.storage.put(key, data, sha256=h) for key, (data, h) in objects.items())
         )
     with stage("claim"):
-        decided.update(claimed := await deps.db.claim(claims))
+        decided.update(claimed := await deps.files.claim(claims))
     won = {c.object_key for c in claims if claimed[c.ref].outcome is Outcome.LINKED}
     lost = {c.object_key for c in claims if _lost(claimed[c.ref])} - won
     await asyncio.gather(*(deps.storage.delete(key) for key in lost))

@@ -87,13 +87,14 @@ async def _lifecycle() -> AsyncIterator[Lifecycle]:
     from redis.asyncio import Redis
 
     from pdfqueue.domain.settings import Settings
-    from pdfqueue.stores.db import Database, connect
+    from pdfqueue.runtime.stores import lifecycle_over
+    from pdfqueue.stores.postgres import connect
 
     settings = Settings()
     pool = await connect(settings.database_url, min_size=0, max_size=2)
     redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
     try:
-        yield Lifecycle.of(Database(pool, settings.users_table), redis, settings)
+        yield lifecycle_over(pool, redis, settings)
     finally:
         await redis.aclose()
         await pool.close()
@@ -103,7 +104,7 @@ async def admin_batches(args: argparse.Namespace) -> int:
     from pdfqueue.recovery import stalled, survey
 
     async with _lifecycle() as lifecycle:
-        found = await lifecycle.db.activity(
+        found = await lifecycle.batches.activity(
             tenant=args.tenant,
             running=args.stuck,
             limit=None if args.stuck else max(args.limit, 1),
@@ -168,7 +169,7 @@ async def admin_requeue(args: argparse.Namespace) -> int:
 
     batch_id = keys.checked(args.batch_id)
     async with _lifecycle() as lifecycle:
-        row = await lifecycle.db.batch(batch_id)
+        row = await lifecycle.batches.get(batch_id)
         if row is None:
             raise BatchNotFound(batch_id)
         done = await reconcile_batch(lifecycle, batch_id)

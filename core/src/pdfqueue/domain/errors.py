@@ -209,7 +209,7 @@ class RedisUnavailable(ServiceUnavailable):
 
 
 class DatabaseUnavailable(ServiceUnavailable):
-    """PostgreSQL failed or did not answer (raised by pdfqueue.stores.db only)."""
+    """PostgreSQL failed or did not answer (raised by the PostgreSQL stores only)."""
 
     reason = "database_unavailable"
 

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
-from pdfqueue.stores.db import Database
+from pdfqueue.stores.batches import BatchStore
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class StoreGauges:
     """
 
     redis: Redis
-    db: Database
+    batches: BatchStore
     interval_s: float = 5.0
     clock: ProgressClock = field(default_factory=ProgressClock)
     _loop: Periodic | None = field(default=None, init=False, repr=False)
@@ -62,7 +62,7 @@ class StoreGauges:
     async def poll(self, now: float | None = None) -> None:
         """One poll (at monotonic time `now`): a failure to list the batches is PostgreSQL's,
         which the loop reports."""
-        running = await self.db.processing_batches()
+        running = await self.batches.processing()
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for batch_id in running:

@@ -19,9 +19,12 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.stores import schema
-from pdfqueue.stores.db import Database, connect
+from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.files import FileStore
+from pdfqueue.stores.postgres import UsersTable, connect
 from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.users import UserStore
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,15 @@ def worker_role(settings: Settings) -> Role:
 
 @dataclass(frozen=True)
 class Stores:
-    """Redis, PostgreSQL, storage and the batch lifecycle over them, for one process."""
+    """Redis, PostgreSQL (its pool and a store per aggregate over it), storage and the batch
+    lifecycle over them, for one process."""
 
     settings: Settings
     redis: Redis
-    db: Database
+    pool: asyncpg.Pool
+    batches: BatchStore
+    files: FileStore
+    users: UserStore
     storage: Storage
     lifecycle: Lifecycle
     owns_redis: bool
@@ -90,20 +97,30 @@ class Stores:
                 await pool.close()
                 raise
         tenant_column = settings.users_tenant_column if role.scoped_users else None
-        db = Database(pool, settings.users_table, tenant_column)
+        table = UsersTable(settings.users_table, tenant_column)
+        batches, files = BatchStore(pool), FileStore(pool, table)
         storage = Storage.from_settings(settings, threads=role.storage_threads)
-        return cls(settings, redis, db, storage, Lifecycle.of(db, redis, settings), own)
+        lifecycle = Lifecycle.of(batches, files, redis, settings)
+        users = UserStore(pool, table)
+        return cls(settings, redis, pool, batches, files, users, storage, lifecycle, own)
 
     def eraser(self) -> Eraser:
         """Retention and erasure over these stores."""
-        retention = RetentionStore(self.db.pool, self.settings.users_table)
+        retention = RetentionStore(self.pool, self.settings.users_table)
         return Eraser(retention, self.lifecycle, self.storage, self.settings)
 
     async def close(self) -> None:
         await self.storage.aclose()
-        await self.db.pool.close()
+        await self.pool.close()
         if self.owns_redis:
             await self.redis.aclose()
+
+
+def lifecycle_over(pool: asyncpg.Pool, redis: Redis, settings: Settings) -> Lifecycle:
+    """The lifecycle over stores of its own on `pool`, outside a role's `Stores` (an
+    administrator's command, a test, a benchmark): the users table unscoped."""
+    files = FileStore(pool, UsersTable(settings.users_table))
+    return Lifecycle.of(BatchStore(pool), files, redis, settings)
 
 
 async def _connect_when_up(dsn: str, role: Role) -> asyncpg.Pool:

@@ -28,8 +28,9 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.periodic import Periodic
-from pdfqueue.stores.drivers import lua, redis_errors, typed_call, typed_methods
+from pdfqueue.stores.driver_errors import redis_errors, typed_call, typed_methods
 from pdfqueue.stores.queue import JOB_EXPIRES_MS, Job, encoded
+from pdfqueue.stores.scripts import lua
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.observability.tracing import producer_span
-from pdfqueue.stores.drivers import lua, redis_errors, typed_call
+from pdfqueue.stores.driver_errors import redis_errors, typed_call
+from pdfqueue.stores.scripts import lua
 
 JOB_EXPIRES_MS = 7 * 24 * 3600 * 1000
 """A job not started within this long is dropped by arq; a week outlasts any idle cluster."""

@@ -18,8 +18,9 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import QuotaExceeded, ServiceUnavailable
 from pdfqueue.domain.settings import Quota, Settings
-from pdfqueue.stores.db import Database
-from pdfqueue.stores.drivers import lua, redis_errors
+from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.driver_errors import redis_errors
+from pdfqueue.stores.scripts import lua
 
 T = TypeVar("T")
 _ADMIT = lua("quota_admit")
@@ -44,7 +45,7 @@ class Quotas:
     """Checks and takes a tenant's quotas; each step is one Lua script (atomic in Redis)."""
 
     redis: Redis
-    db: Database
+    batches: BatchStore
     settings: Settings
 
     async def admit(self, tenant: str, declared_bytes: int) -> Admission:
@@ -119,7 +120,7 @@ class Quotas:
         limit = admission.quota.concurrent_batches
         try:
             active = await _bounded(
-                "postgresql", self.db.active_batches(admission.tenant, uploading)
+                "postgresql", self.batches.active_count(admission.tenant, uploading)
             )
         except BaseException:
             with contextlib.suppress(ServiceUnavailable):  # keep the error that matters

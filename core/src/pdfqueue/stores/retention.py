@@ -15,8 +15,8 @@ from datetime import datetime
 import asyncpg
 
 from pdfqueue.domain.models import TERMINAL
-from pdfqueue.stores.db import quote_ident
-from pdfqueue.stores.drivers import postgres_errors, typed_methods
+from pdfqueue.stores.driver_errors import postgres_errors, typed_methods
+from pdfqueue.stores.postgres import quote_ident
 
 ERASED_NAME = "[erased]"
 """What an erased person's file rows are called in their batch's report from then on."""

@@ -26,7 +26,7 @@ from importlib import resources
 import asyncpg
 
 from pdfqueue.domain.errors import SchemaNotReady
-from pdfqueue.stores.drivers import postgres_errors, typed_call
+from pdfqueue.stores.driver_errors import postgres_errors, typed_call
 
 NO_TRANSACTION = "-- pdfqueue:no-transaction"
 MIGRATIONS_LOCK = 0x70646671  # "pdfq": serializes concurrent `pdfqueue migrate` runs

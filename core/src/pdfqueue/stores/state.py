@@ -20,7 +20,8 @@ from pdfqueue.domain.models import (
     Outcome,
     OwnedBatch,
 )
-from pdfqueue.stores.drivers import lua, redis_errors, typed_methods
+from pdfqueue.stores.driver_errors import redis_errors, typed_methods
+from pdfqueue.stores.scripts import lua
 
 _RECORD = lua("record_outcome")
 _START = lua("start_batch")

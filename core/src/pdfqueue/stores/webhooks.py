@@ -23,12 +23,12 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import asyncpg
 import httpx
 
 from pdfqueue.domain.addresses import host_refusal, is_loopback, refusal
 from pdfqueue.domain.errors import UnsafeCallback
 from pdfqueue.domain.models import COUNTERS, BatchSummary
-from pdfqueue.stores.db import Database
 
 SIGNATURE_HEADER = "Pdfqueue-Signature"
 EVENT_HEADER = "Pdfqueue-Event"
@@ -209,9 +209,9 @@ async def _read_some(response: httpx.Response, limit: int) -> None:
             return
 
 
-async def remember(db: Database, batch_id: str, url: str) -> None:
+async def remember(pool: asyncpg.Pool, batch_id: str, url: str) -> None:
     """Keep the callback an upload named (before the batch exists, so none is missed)."""
-    await db.pool.execute(
+    await pool.execute(
         "INSERT INTO pdfqueue_callbacks (batch_id, url) VALUES ($1, $2)"
         " ON CONFLICT (batch_id) DO NOTHING",
         batch_id,
@@ -219,20 +219,20 @@ async def remember(db: Database, batch_id: str, url: str) -> None:
     )
 
 
-async def forget(db: Database, batch_id: str) -> None:
+async def forget(pool: asyncpg.Pool, batch_id: str) -> None:
     """Drop the callback of an upload that did not become a batch."""
-    await db.pool.execute("DELETE FROM pdfqueue_callbacks WHERE batch_id = $1", batch_id)
+    await pool.execute("DELETE FROM pdfqueue_callbacks WHERE batch_id = $1", batch_id)
 
 
-async def callback_of(db: Database, batch_id: str) -> str | None:
-    url: str | None = await db.pool.fetchval(
+async def callback_of(pool: asyncpg.Pool, batch_id: str) -> str | None:
+    url: str | None = await pool.fetchval(
         "SELECT url FROM pdfqueue_callbacks WHERE batch_id = $1", batch_id
     )
     return url
 
 
 async def record_attempt(
-    db: Database,
+    pool: asyncpg.Pool,
     batch_id: str,
     round_: int,
     attempt: int,
@@ -241,7 +241,7 @@ async def record_attempt(
     status_code: int | None = None,
     error: str | None = None,
 ) -> None:
-    await db.pool.execute(
+    await pool.execute(
         "INSERT INTO pdfqueue_webhook_deliveries"
         " (batch_id, round, attempt, url, status_code, error) VALUES ($1, $2, $3, $4, $5, $6)",
         batch_id,

@@ -6,7 +6,6 @@ import functools
 import inspect
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from importlib import resources
 from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
@@ -27,11 +26,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 C = TypeVar("C", bound=type)
 Edge = Callable[[], AbstractContextManager[None]]
-
-
-def lua(name: str) -> str:
-    """The source of a Redis script shipped in `pdfqueue/stores/lua/` (`name` without .lua)."""
-    return resources.files("pdfqueue.stores").joinpath(f"lua/{name}.lua").read_text()
 
 
 # SQLSTATEs (PostgreSQL, Appendix A) by what a retry can do about them. Classes are the first
