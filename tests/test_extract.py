@@ -17,14 +17,8 @@ from pdfqueue_dev.rawpdf import assemble
 from pdfqueue_dev.samples import CLEAN, Expect, build_corpus, render_pdf
 from pdfqueue_worker.archive import Limits, Member, list_members
 from pdfqueue_worker.emails import find_emails
-from pdfqueue_worker.extract import (
-    Extractor,
-    Result,
-    Unreadable,
-    address_lines,
-    read_pdf,
-    read_pdf_pypdf,
-)
+from pdfqueue_worker.extractor import Extractor, Unreadable
+from pdfqueue_worker.parse import Extraction, read_pdf, read_pdf_pypdf
 from pdfqueue_worker.payload import cut
 
 
@@ -37,7 +31,7 @@ async def extractor() -> AsyncIterator[Extractor]:
     ex.close()
 
 
-def brief(r: Result) -> tuple[str, list[str], int, bool, int | None]:
+def brief(r: Extraction) -> tuple[str, list[str], int, bool, int | None]:
     """What both parsers must agree on: reason, addresses, pages, text, where reading stopped."""
     return r.reason, r.emails, r.pages, r.has_text, r.next_page
 
@@ -165,20 +159,6 @@ def test_pdfium_reads_what_pypdf_read_on_dense_resumes(density: Density) -> None
         if new.next_page is not None:  # and reading on from where it stopped
             more = read_pdf(data, 50, new.next_page)
             assert brief(more) == brief(read_pdf_pypdf(data, 50, new.next_page)), f
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "",
-        "no address\r\nat all",
-        "name\r\nA.B@Example.COM | x@y.io\r\nmore x@y.io\nlast c@d.io",
-        "ｊａｎｅ＠ｅｘａｍｐｌｅ．ｃｏｍ\nsmall at: a\ufe6bb.io\n@\n@@ @x.io a@\nb.io",  # noqa: RUF001
-        "one line without a break: a@b.io, c@d.io",
-    ],
-)
-def test_scanning_only_lines_with_an_at_finds_the_same_addresses(text: str) -> None:
-    assert find_emails(address_lines(text)) == find_emails(text)
 
 
 def zip_items(tmp_path: Path, pdfs: list[bytes]) -> list[tuple[bytes, Member, int]]:

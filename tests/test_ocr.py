@@ -16,7 +16,8 @@ from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_worker import ocr
 from pdfqueue_worker.archive import Member
 from pdfqueue_worker.candidates import Source
-from pdfqueue_worker.extract import Extractor, Unreadable, read_pdf
+from pdfqueue_worker.extractor import Extractor, Unreadable
+from pdfqueue_worker.parse import read_pdf
 from tests.test_extract import zip_items
 
 ADDRESS = "grace.hopper.7@people.example"
@@ -110,7 +111,7 @@ async def test_scans_that_would_wait_past_the_deadline_for_a_turn_are_deferred(
         lambda: extractor.ocr_load > 0, "the busy job's first OCR pass", interval_s=0.01
     )
     assert await job("late", 150, loop.time() + 0.1) == ["Deferred", "Deferred"]
-    assert await busy == ["Result", "Result"]
+    assert await busy == ["Extraction", "Extraction"]
 
 
 @pytest.mark.parametrize("ocr_max_pages", [0, 2])
@@ -180,9 +181,10 @@ async def test_a_job_counts_its_deferred_scans_and_records_nothing_for_them() ->
     from pdfqueue.domain.models import FileRef
     from pdfqueue.observability.metrics import OCR_DEFERRED
     from pdfqueue_worker import tasks
-    from pdfqueue_worker.extract import Deferred, Result
+    from pdfqueue_worker.extractor import Deferred
+    from pdfqueue_worker.parse import Extraction
 
-    read = Result(pages=1, has_text=True)
+    read = Extraction(pages=1, has_text=True)
 
     class Busy:
         async def extract_members(self, items: object, **_: object) -> AsyncIterator[object]:

@@ -14,7 +14,8 @@ import pytest
 from test_pipeline import wait_done
 
 from pdfqueue_dev.samples import CLEAN, render_pdf
-from pdfqueue_worker.extract import KEPT_ENVIRONMENT, Extractor
+from pdfqueue_worker.extractor import Extractor
+from pdfqueue_worker.parse import KEPT_ENVIRONMENT
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 MEMBER_BYTES = 64 * 1024**2

@@ -24,7 +24,7 @@ from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
 from pdfqueue_dev.samples import seed_users
 from pdfqueue_worker.emails import find_emails
-from pdfqueue_worker.extract import Extractor
+from pdfqueue_worker.extractor import Extractor
 from tests.support.helpers import RunWorker
 
 MEGABYTE = 1_000_000

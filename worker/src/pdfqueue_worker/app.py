@@ -29,7 +29,7 @@ from pdfqueue.stores.queue import check_durability, deserialize, serialize
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deliveries import Deliveries
 from pdfqueue_worker.deps import Deps
-from pdfqueue_worker.extract import Extractor
+from pdfqueue_worker.extractor import Extractor
 from pdfqueue_worker.notify import announce, forward
 from pdfqueue_worker.recover import recover
 from pdfqueue_worker.rerun import retry

@@ -12,7 +12,7 @@ from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.stores.db import Database
 from pdfqueue.stores.storage import Storage
 from pdfqueue_worker.archive import Limits
-from pdfqueue_worker.extract import Extractor
+from pdfqueue_worker.extractor import Extractor
 
 
 @dataclass

@@ -43,9 +43,10 @@ from pdfqueue_worker.archive import (
 )
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import refills, submit
-from pdfqueue_worker.extract import Deferred, Extraction, Unreadable
+from pdfqueue_worker.extractor import Deferred, Unreadable
 from pdfqueue_worker.matching import choose, wanted
 from pdfqueue_worker.observe import observed_job, stage
+from pdfqueue_worker.parse import Extraction
 from pdfqueue_worker.payload import Packed, cut, inflate
 
 log = logging.getLogger(__name__)
