@@ -25,6 +25,7 @@ from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
 from pdfqueue_dev.samples import seed_users
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extractor import Extractor
+from pdfqueue_worker.parse import ENGINES
 from tests.support.helpers import RunWorker
 
 MEGABYTE = 1_000_000
@@ -70,9 +71,11 @@ def two_page_pdf(first: str, second: str) -> bytes:
     return bytes(pdf.output())
 
 
-@pytest.fixture
-async def capped_extractor() -> AsyncIterator[Extractor]:
+@pytest.fixture(params=list(ENGINES))
+async def capped_extractor(request: pytest.FixtureRequest) -> AsyncIterator[Extractor]:
+    """One parsing process of each engine (PDFQUEUE_PDF_ENGINE): both face the hostile pages."""
     ex = Extractor(
+        engine=request.param,
         processes=1,
         timeout_s=10,
         max_pages=50,

@@ -134,7 +134,7 @@ class Extractor:
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> Extractor:
         """The worker's extractor for these settings (the one place that maps them);
-        `overrides` are for benchmarks and tests (`processes=1`, `engine="pypdf"`)."""
+        `overrides` are for benchmarks and tests (`processes=1`, `ocr_max_pages=0`)."""
         options: dict[str, Any] = {
             "processes": settings.parsing_processes,
             "timeout_s": settings.extract_timeout_s,
@@ -142,6 +142,7 @@ class Extractor:
             "memory_bytes": settings.extract_memory_bytes,
             "tasks_per_process": settings.extract_tasks_per_process,
             "max_page_chars": settings.extract_max_page_chars,
+            "engine": settings.pdf_engine,
             "ocr_max_pages": settings.ocr_max_pages,
             "ocr_timeout_s": settings.ocr_timeout_s,
         }

@@ -203,21 +203,23 @@ def read_pdf_pypdf(
     max_page_chars: int = DEFAULT_MAX_PAGE_CHARS,
     how: Ocr = NO_OCR,
 ) -> Extraction:
-    """`read_pdf` with pypdf's `extract_text`, the parser before PDFium: kept to compare
-    them (`bench/parse.py`, `bench/hostile.py`, tests) and as a fallback. Text layer only:
-    no link annotations, no OCR (`how` is accepted and ignored)."""
+    """`read_pdf` with pypdf's `extract_text` (`PDFQUEUE_PDF_ENGINE=pypdf`): pure Python, so
+    no C++ runs on the hostile input. Text layer only: no link annotations and no OCR (`how`
+    is accepted and ignored); a page drawn without a usable text layer is `needs_ocr`."""
     del how
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
             return Extraction("encrypted")
         found: dict[str, Candidate] = {}
-        has_text = False
+        has_text = needs_ocr = False
         pages = len(reader.pages)
         last = min(pages, max_pages)
         for number in range(start_page, last):
-            text = reader.pages[number].extract_text()
+            page = reader.pages[number]
+            text = page.extract_text()
             has_text = has_text or bool(text.strip())
+            needs_ocr = needs_ocr or (ocr.unusable(text) and page.get_contents() is not None)
             for c in page_candidates(text, number, max_chars=max_page_chars):
                 found.setdefault(c.address, c)
             if found and number + 1 < last:
@@ -228,7 +230,7 @@ def read_pdf_pypdf(
         return Extraction("too_large")
     except Exception:  # any parser failure on hostile input: this file is unreadable
         return Extraction("unreadable")
-    return Extraction("", tuple(found.values()), pages, has_text)
+    return Extraction("", tuple(found.values()), pages, has_text, needs_ocr=needs_ocr)
 
 
 def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by position)
