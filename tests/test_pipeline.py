@@ -322,7 +322,7 @@ async def test_first_address_in_reading_order_that_is_a_user_wins_across_pages(
 async def test_a_pdf_that_hangs_the_parser_fails_alone_and_its_job_is_not_retried(
     api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, tmp_path: Path
 ) -> None:
-    from test_extract import pdf_with_stream
+    from tests.unit.test_extract import pdf_with_stream
 
     corpus, _ = await make_corpus(6, seed=32, mix=CLEAN)
     text = b"".join(b"BT /F1 9 Tf 20 %d Td (line %d) Tj ET\n" % (i % 700, i) for i in range(200))

@@ -18,7 +18,7 @@ from pdfqueue_worker.archive import Member
 from pdfqueue_worker.candidates import Source
 from pdfqueue_worker.extractor import Extractor, Unreadable
 from pdfqueue_worker.parse import read_pdf, read_pdf_pypdf
-from tests.test_extract import zip_items
+from tests.unit.test_extract import zip_items
 
 ADDRESS = "grace.hopper.7@people.example"
 SCAN = scan(fpdf_doc(["Grace Hopper", f"Berlin | {ADDRESS}"]), ScanStyle(), random.Random(3))
