@@ -6,6 +6,7 @@ import os
 import zipfile
 import zlib
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from pdfqueue_dev.samples import CLEAN, Expect, build_corpus, render_pdf
 from pdfqueue_worker.archive import Limits, Member, list_members
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extractor import Extractor, Unreadable
-from pdfqueue_worker.parse import Extraction, read_pdf, read_pdf_pypdf
+from pdfqueue_worker.parse import NO_OCR, Extraction, read_pdf, read_pdf_pypdf
 from pdfqueue_worker.payload import cut
 
 
@@ -159,6 +160,15 @@ def test_pdfium_reads_what_pypdf_read_on_dense_resumes(density: Density) -> None
         if new.next_page is not None:  # and reading on from where it stopped
             more = read_pdf(data, 50, new.next_page)
             assert brief(more) == brief(read_pdf_pypdf(data, 50, new.next_page)), f
+
+
+def test_both_engines_name_a_drawn_page_without_text_needs_ocr_and_an_empty_one_not() -> None:
+    """What the pypdf engine (which has no OCR) says of a page drawn without a text layer, as
+    PDFium's read says with OCR off: `needs_ocr`, not a file without text."""
+    drawn, empty = pdf_with_stream(b"0 0 m 100 100 l S"), pdf_with_stream(b"")
+    for engine in (read_pdf_pypdf, partial(read_pdf, how=NO_OCR)):
+        assert engine(drawn, 50).needs_ocr, engine
+        assert not engine(empty, 50).needs_ocr, engine
 
 
 def zip_items(tmp_path: Path, pdfs: list[bytes]) -> list[tuple[bytes, Member, int]]:

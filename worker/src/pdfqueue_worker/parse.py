@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
-from pypdf import PasswordType, PdfReader
+from pypdf import PageObject, PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
 from pdfqueue_worker import ocr
@@ -219,7 +219,7 @@ def read_pdf_pypdf(
             page = reader.pages[number]
             text = page.extract_text()
             has_text = has_text or bool(text.strip())
-            needs_ocr = needs_ocr or (ocr.unusable(text) and page.get_contents() is not None)
+            needs_ocr = needs_ocr or (ocr.unusable(text) and _drawn(page))
             for c in page_candidates(text, number, max_chars=max_page_chars):
                 found.setdefault(c.address, c)
             if found and number + 1 < last:
@@ -231,6 +231,13 @@ def read_pdf_pypdf(
     except Exception:  # any parser failure on hostile input: this file is unreadable
         return Extraction("unreadable")
     return Extraction("", tuple(found.values()), pages, has_text, needs_ocr=needs_ocr)
+
+
+def _drawn(page: PageObject) -> bool:
+    """Whether the page draws anything (pypdf's view of `ocr.drawn`): a non-empty content
+    stream."""
+    contents = page.get_contents()
+    return contents is not None and bool(contents.get_data().strip())
 
 
 def read_member(  # noqa: PLR0917 (a pool task: pebble passes its arguments by position)
