@@ -120,7 +120,7 @@ def parse_cost_ms(
     The ceiling for parsing-bound throughput on C cores is C / cost: the number to compare
     the end-to-end rate with.
     """
-    from pdfqueue_worker.extract import read_pdf, read_pdf_pypdf
+    from pdfqueue_worker.parse import read_pdf, read_pdf_pypdf
 
     docs = [pdf_bytes(f, seed, density) for f in planned.files[:sample]]
     pdfium = _costs(read_pdf, docs)

@@ -15,19 +15,19 @@ from bench.labelled import Labelled, User, cached
 from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.users import UserRow
-from pdfqueue_worker.extract import Ocr, Result, read_pdf
 from pdfqueue_worker.matching import Verdict, choose
+from pdfqueue_worker.parse import Extraction, Ocr, read_pdf
 
 NOISY = {"scan_300_noisy", "scan_150_noisy"}
 
 
-def link(data: bytes, rows: dict[str, UserRow], ocr_pages: int) -> tuple[Verdict, Result]:
+def link(data: bytes, rows: dict[str, UserRow], ocr_pages: int) -> tuple[Verdict, Extraction]:
     """The worker's decision for one file, in this process: read to the first page with a
     candidate, match, read on while nobody matched."""
     domains = frozenset(PLACEHOLDER_DOMAINS)
     how = Ocr(handover=False, budget=ocr_pages)
     page: int | None = 0
-    verdict, read = Verdict(), Result()
+    verdict, read = Verdict(), Extraction()
     while page is not None:
         read = read_pdf(data, 50, page, 100_000, how)
         verdict = choose(read.candidates, rows, domains)

@@ -27,7 +27,8 @@ from pebble import ProcessExpired
 
 from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import Settings
-from pdfqueue_worker.extract import ENGINES, Extraction, Extractor, death_reason
+from pdfqueue_worker.extractor import Extractor, death_reason
+from pdfqueue_worker.parse import ENGINES, Extraction
 
 
 def probe(

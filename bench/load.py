@@ -48,7 +48,7 @@ from pdfqueue_worker.app import build_worker
 from pdfqueue_worker.archive import Member
 from pdfqueue_worker.candidates import Candidate, Source
 from pdfqueue_worker.deps import Deps
-from pdfqueue_worker.extract import Extraction
+from pdfqueue_worker.parse import Extraction
 from pdfqueue_worker.payload import LOCAL_HEADER, LOCAL_SIGNATURE
 
 TENANT = "load"

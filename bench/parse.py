@@ -18,7 +18,7 @@ from bench.documents import PRODUCERS, Density, render
 from bench.report import save, utc_stamp
 from pdfqueue_dev.samples import CLEAN, build_corpus, render_pdf
 from pdfqueue_worker.emails import find_emails
-from pdfqueue_worker.extract import read_pdf, read_pdf_pypdf
+from pdfqueue_worker.parse import read_pdf, read_pdf_pypdf
 
 MAX_PAGES = 50
 Candidate = Callable[[bytes], list[str]]

@@ -202,6 +202,7 @@ def test_schema_covers_every_value_and_nothing_else() -> None:
             "/api/topologySpread/whenUnsatisfiable",
         ),
         (["--set", "worker.updateStrategy.type=Sideways"], "/worker/updateStrategy/type"),
+        (["--set", "worker.pdfEngine=mupdf"], "/worker/pdfEngine"),
         (["--set", "api.livenessProbe.periodSeconds=0"], "/api/livenessProbe/periodSeconds"),
         (["--set", "api.readinessProbe.bogus=1"], "additional properties 'bogus' not allowed"),
         (["--set", "redis.password=p@ss:word"], "redis.password may hold only A-Z a-z 0-9"),
@@ -498,6 +499,12 @@ def test_fair_dispatch_values_reach_the_workers(tmp_path: Path) -> None:
     worker = _settings_of(render("default", *args), "worker", tmp_path)
     for field, expected in DISPATCH.values():
         assert getattr(worker, field) == expected, field
+
+
+def test_the_pdf_engine_value_reaches_the_workers(tmp_path: Path) -> None:
+    assert _settings_of(render("default"), "worker", tmp_path).pdf_engine == "pdfium"
+    chosen = render("default", "--set", "worker.pdfEngine=pypdf")
+    assert _settings_of(chosen, "worker", tmp_path).pdf_engine == "pypdf"
 
 
 def test_grace_period_exceeds_completion_wait_which_exceeds_job_timeout() -> None:

@@ -178,7 +178,7 @@ async def test_two_workers_racing_on_the_same_pdf_link_it_once(
 
     from pdfqueue.stores.queue import deserialize
     from pdfqueue_worker.app import shutdown, startup
-    from pdfqueue_worker.tasks import process
+    from pdfqueue_worker.tasks.process import process
 
     _, path = await make_corpus(6, seed=25, mix=CLEAN)
     batch_id = await upload(api, path)

@@ -119,3 +119,36 @@ async def test_a_scan_without_ocr_is_skipped_as_needs_ocr(
         "False",
     )
     assert await linked_users(db, settings) == {JANE.id}
+
+
+@pytest.mark.settings(pdf_engine="pypdf")
+async def test_the_pypdf_engine_reads_the_text_layer_only(
+    api: httpx.AsyncClient,
+    run_worker: RunWorker,
+    tmp_path: Path,
+    db: asyncpg.Connection,
+    settings: Settings,
+) -> None:
+    """PDFQUEUE_PDF_ENGINE=pypdf reaches the parsing processes: an address in the text is
+    linked, one only in a `mailto:` link is not seen (PDFium would link it), and a scan is
+    not read by OCR but named `needs_ocr`."""
+    assert settings.pdf_engine == "pypdf"
+    await seed_users(db, [JANE, BOB], table=settings.users_table)
+    bob_scan = scan(resume(BOB.email), ScanStyle(), random.Random(2))
+    status, rows = await run(
+        api,
+        run_worker,
+        tmp_path,
+        {
+            "text.pdf": resume(JANE.email),
+            "mailto.pdf": resume("Email me", links=(f"mailto:{BOB.email}",)),
+            "scan.pdf": bob_scan,
+        },
+    )
+    assert (status["linked"], status["skipped_no_match"], status["failed"]) == (1, 2, 0)
+    assert {n: (r["outcome"], r["reason"], r["ocr"]) for n, r in rows.items()} == {
+        "text.pdf": ("linked", "", "False"),
+        "mailto.pdf": ("skipped_no_match", "no_email", "False"),
+        "scan.pdf": ("skipped_no_match", "needs_ocr", "False"),
+    }
+    assert await linked_users(db, settings) == {JANE.id}

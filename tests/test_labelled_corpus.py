@@ -11,8 +11,9 @@ import pytest
 from bench.labelled import SCAN_STYLES, Labelled, User, cached
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.users import UserRow
-from pdfqueue_worker.extract import Extraction, Extractor
+from pdfqueue_worker.extractor import Extractor
 from pdfqueue_worker.matching import Verdict, choose
+from pdfqueue_worker.parse import Extraction
 
 PER_TEXT_MODE = 20
 PER_SCAN_STYLE = 8

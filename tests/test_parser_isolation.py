@@ -13,8 +13,10 @@ import httpx
 import pytest
 from test_pipeline import wait_done
 
-from pdfqueue_dev.samples import CLEAN, render_pdf
-from pdfqueue_worker.extract import KEPT_ENVIRONMENT, Extractor
+from pdfqueue.domain.settings import Settings
+from pdfqueue_dev.samples import CLEAN, build_corpus, render_pdf
+from pdfqueue_worker.extractor import Extractor
+from pdfqueue_worker.parse import ENGINES, KEPT_ENVIRONMENT
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 MEMBER_BYTES = 64 * 1024**2
@@ -23,8 +25,10 @@ inflating makes, a member this large cannot be read under the cap."""
 BOMBS = 16
 
 
-def child_environment() -> dict[str, str]:
-    """Runs in a parsing process: what code parsing a hostile PDF could read."""
+def child_environment(engine: str) -> dict[str, str]:
+    """Runs in a parsing process, after its engine has read a PDF: what code parsing a
+    hostile PDF could read."""
+    ENGINES[engine](render_pdf(build_corpus(1, seed=40, mix=CLEAN).files[0], seed=40), 5)
     return dict(os.environ)
 
 
@@ -35,7 +39,10 @@ def bomb_content() -> bytes:
     return b"%PDF-1.4\n" + block * (MEMBER_BYTES // len(block) - 1)
 
 
-async def test_parsing_processes_see_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("engine", list(ENGINES))
+async def test_parsing_processes_see_no_secret(
+    monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
     secrets = {
         "PDFQUEUE_DATABASE_URL": "postgresql://pdfqueue:hunter2-db@db:5432/pdfqueue",
         "AWS_SECRET_ACCESS_KEY": "hunter2-aws",
@@ -44,10 +51,15 @@ async def test_parsing_processes_see_no_secret(monkeypatch: pytest.MonkeyPatch) 
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     extractor = Extractor(
-        processes=1, timeout_s=10, max_pages=5, memory_bytes=512 * 1024**2, tasks_per_process=5
+        processes=1,
+        timeout_s=10,
+        max_pages=5,
+        memory_bytes=512 * 1024**2,
+        tasks_per_process=5,
+        engine=engine,
     )
     try:
-        seen = extractor.pool.schedule(child_environment).result(timeout=60)
+        seen = extractor.pool.schedule(child_environment, args=(engine,)).result(timeout=60)
     finally:
         extractor.close()
     assert set(seen) <= set(KEPT_ENVIRONMENT)
@@ -55,10 +67,27 @@ async def test_parsing_processes_see_no_secret(monkeypatch: pytest.MonkeyPatch) 
     assert not any("hunter2" in value for value in seen.values())
 
 
-@pytest.mark.settings(max_pdf_bytes=MEMBER_BYTES, extract_memory_bytes=128 * 1024**2)
+def each_engine(**settings: object) -> pytest.MarkDecorator:
+    """The test once per PDFQUEUE_PDF_ENGINE, with these settings."""
+    return pytest.mark.parametrize(
+        "engine",
+        [
+            pytest.param(e, marks=pytest.mark.settings(pdf_engine=e, **settings), id=e)
+            for e in ENGINES
+        ],
+    )
+
+
+@each_engine(max_pdf_bytes=MEMBER_BYTES, extract_memory_bytes=128 * 1024**2)
 async def test_members_inflate_in_the_capped_parser_not_in_the_worker(
-    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, tmp_path: Path
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    tmp_path: Path,
+    settings: Settings,
+    engine: str,
 ) -> None:
+    assert settings.pdf_engine == engine
     corpus, _ = await make_corpus(2, seed=41, mix=CLEAN)
     bomb = bomb_content()
     path = tmp_path / "bombs.zip"
@@ -86,9 +115,16 @@ async def test_members_inflate_in_the_capped_parser_not_in_the_worker(
     assert peak < MEMBER_BYTES, f"the worker allocated {peak / 1024**2:.0f} MiB at its peak"
 
 
+@each_engine()
 async def test_a_member_whose_local_header_runs_past_the_read_is_read_on_and_linked(
-    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, tmp_path: Path
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    tmp_path: Path,
+    settings: Settings,
+    engine: str,
 ) -> None:
+    assert settings.pdf_engine == engine
     corpus, _ = await make_corpus(3, seed=42, mix=CLEAN)
     path = tmp_path / "extra.zip"
     with zipfile.ZipFile(path, "w") as zf:

@@ -322,7 +322,7 @@ async def test_first_address_in_reading_order_that_is_a_user_wins_across_pages(
 async def test_a_pdf_that_hangs_the_parser_fails_alone_and_its_job_is_not_retried(
     api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, tmp_path: Path
 ) -> None:
-    from test_extract import pdf_with_stream
+    from tests.unit.test_extract import pdf_with_stream
 
     corpus, _ = await make_corpus(6, seed=32, mix=CLEAN)
     text = b"".join(b"BT /F1 9 Tf 20 %d Td (line %d) Tj ET\n" % (i % 700, i) for i in range(200))
@@ -354,15 +354,15 @@ async def test_a_try_cut_short_by_its_deadline_counts_only_if_it_recorded_nothin
     """A job of scans needs several tries' parsing time: each try that records files runs
     again without spending a try, so it finishes however many it takes. The deadline is
     played by keeping `per_try` of each try's parsed PDFs (the real parse, stores and arq)."""
-    from pdfqueue_worker import tasks
+    from pdfqueue_worker.tasks import process
 
-    extract_all = tasks._extract_all
+    extract_all = process._extract_all
 
     async def until_the_deadline(*args: Any, **kwargs: Any) -> dict[Any, Any]:
         parsed = await extract_all(*args, **kwargs)
         return dict(list(parsed.items())[:per_try])
 
-    monkeypatch.setattr(tasks, "_extract_all", until_the_deadline)
+    monkeypatch.setattr(process, "_extract_all", until_the_deadline)
     _, path = await make_corpus(10, seed=34, mix=CLEAN, junk=False)
     batch_id = await upload(api, path)
     worker = await run_worker()

@@ -29,11 +29,12 @@ from pdfqueue.stores.queue import check_durability, deserialize, serialize
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deliveries import Deliveries
 from pdfqueue_worker.deps import Deps
-from pdfqueue_worker.extract import Extractor
-from pdfqueue_worker.notify import announce, forward
-from pdfqueue_worker.recover import recover
-from pdfqueue_worker.rerun import retry
-from pdfqueue_worker.tasks import ingest, process
+from pdfqueue_worker.extractor import Extractor
+from pdfqueue_worker.tasks.ingest import ingest
+from pdfqueue_worker.tasks.process import process
+from pdfqueue_worker.tasks.recover import recover
+from pdfqueue_worker.tasks.retry import retry
+from pdfqueue_worker.tasks.webhook import announce, forward
 
 log = logging.getLogger(__name__)
 SPARE_TRIES = 3

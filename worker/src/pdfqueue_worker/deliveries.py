@@ -24,7 +24,7 @@ from pdfqueue.observability.periodic import Periodic
 from pdfqueue.stores.fair import Dispatcher, dispatch_ticker, pending_jobs
 from pdfqueue.stores.queue import deserialize, serialize
 from pdfqueue_worker.deps import Deps
-from pdfqueue_worker.notify import MAX_TRIES, webhook
+from pdfqueue_worker.tasks.webhook import MAX_TRIES, webhook
 
 log = logging.getLogger(__name__)
 MAX_RECONNECT_DELAY_S = 30.0

@@ -15,7 +15,7 @@ from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.users import UserStore
 from pdfqueue_worker.archive import Limits
-from pdfqueue_worker.extract import Extractor
+from pdfqueue_worker.extractor import Extractor
 
 
 @dataclass

@@ -7,7 +7,7 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
@@ -359,6 +359,12 @@ class Settings(BaseSettings):
     """Recycle a parsing process after this many tasks to bound slow leaks (a task is one PDF,
     or the group of a job's PDFs; its memory limit already bounds a fast leak; recycling every
     500 PDFs cost ~0.8 ms of CPU per PDF)."""
+    pdf_engine: Literal["pdfium", "pypdf"] = "pdfium"
+    """The PDF parser of the parsing processes. `pdfium` (Chrome's PDF engine, in C++) reads
+    the text layer, `mailto:` links and, by OCR, scans. `pypdf` is pure Python, a memory-safe
+    mode for operators who would rather not run a C++ parser on hostile input, at 1.4x to 11x
+    the CPU per PDF (`bench/results/parse-20261202T002302Z.json`) and more PDFs that time out;
+    it reads the text layer only (no links, no OCR: a scan is `skipped_no_match`, `needs_ocr`)."""
     ocr_max_pages: int = Field(default=2, ge=0)
     """Pages per PDF read by OCR (Tesseract) when they have no usable text layer: the first
     such page, then the next only while no user matched. 0 turns OCR off (such files are

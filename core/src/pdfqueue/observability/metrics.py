@@ -294,7 +294,7 @@ def ocr_pages(pages: int) -> None:
 
 
 def ocr_deferred(pdfs: int) -> None:
-    """For a worker, scans a job left for its next try (`pdfqueue_worker.extract.Deferred`)."""
+    """For a worker, scans a job left for its next try (`pdfqueue_worker.extractor.Deferred`)."""
     if pdfs:
         OCR_DEFERRED.inc(pdfs)
 

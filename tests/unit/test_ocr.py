@@ -16,8 +16,9 @@ from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_worker import ocr
 from pdfqueue_worker.archive import Member
 from pdfqueue_worker.candidates import Source
-from pdfqueue_worker.extract import Extractor, Unreadable, read_pdf
-from tests.test_extract import zip_items
+from pdfqueue_worker.extractor import Extractor, Unreadable
+from pdfqueue_worker.parse import read_pdf, read_pdf_pypdf
+from tests.unit.test_extract import zip_items
 
 ADDRESS = "grace.hopper.7@people.example"
 SCAN = scan(fpdf_doc(["Grace Hopper", f"Berlin | {ADDRESS}"]), ScanStyle(), random.Random(3))
@@ -110,7 +111,7 @@ async def test_scans_that_would_wait_past_the_deadline_for_a_turn_are_deferred(
         lambda: extractor.ocr_load > 0, "the busy job's first OCR pass", interval_s=0.01
     )
     assert await job("late", 150, loop.time() + 0.1) == ["Deferred", "Deferred"]
-    assert await busy == ["Result", "Result"]
+    assert await busy == ["Extraction", "Extraction"]
 
 
 @pytest.mark.parametrize("ocr_max_pages", [0, 2])
@@ -163,26 +164,29 @@ def test_extractor_from_settings_takes_every_extraction_setting() -> None:
         extract_max_page_chars=1234,
         ocr_max_pages=1,
         ocr_timeout_s=9,
+        pdf_engine="pypdf",
     )
-    ex = Extractor.from_settings(settings, engine="pypdf")
+    ex = Extractor.from_settings(settings)
     try:
         assert (ex.timeout_s, ex.max_pages, ex.max_page_chars) == (3, 7, 1234)
         assert (ex.ocr_max_pages, ex.ocr_timeout_s) == (1, 9)
+        assert ex.engine is read_pdf_pypdf
     finally:
         ex.close()
 
 
 async def test_a_job_counts_its_deferred_scans_and_records_nothing_for_them() -> None:
-    """`tasks._extract_all` keeps Deferred scans out of the results (no outcome this try),
+    """`process._extract_all` keeps Deferred scans out of the results (no outcome this try),
     names them for `process` (whose try then does not count) and counts them."""
     from types import SimpleNamespace
 
     from pdfqueue.domain.models import FileRef
     from pdfqueue.observability.metrics import OCR_DEFERRED
-    from pdfqueue_worker import tasks
-    from pdfqueue_worker.extract import Deferred, Result
+    from pdfqueue_worker.extractor import Deferred
+    from pdfqueue_worker.parse import Extraction
+    from pdfqueue_worker.tasks import process
 
-    read = Result(pages=1, has_text=True)
+    read = Extraction(pages=1, has_text=True)
 
     class Busy:
         async def extract_members(self, items: object, **_: object) -> AsyncIterator[object]:
@@ -195,7 +199,7 @@ async def test_a_job_counts_its_deferred_scans_and_records_nothing_for_them() ->
     pdfs = dict.fromkeys(refs, (member, b""))
     deferred: set[FileRef] = set()
     before = OCR_DEFERRED._value.get()
-    out = await tasks._extract_all(
+    out = await process._extract_all(
         SimpleNamespace(extractor=Busy()),  # type: ignore[arg-type]
         pdfs,
         dict.fromkeys(refs, 0),
@@ -212,7 +216,7 @@ async def test_a_try_whose_scans_wait_for_a_turn_runs_again_when_one_may_be_free
     """Not at once: each run reads the job's span again, only to find the turns taken."""
     from types import SimpleNamespace
 
-    from pdfqueue_worker import tasks
+    from pdfqueue_worker.tasks import tries
 
     class Redis:
         async def set(self, *args: object, **kwargs: object) -> None:
@@ -220,7 +224,7 @@ async def test_a_try_whose_scans_wait_for_a_turn_runs_again_when_one_may_be_free
 
     deps = SimpleNamespace(redis=Redis(), backoff_s=lambda job_try: 1.0)
     ctx = {"job_try": 1, "job_id": "process:b:0"}
-    waiting = tasks.ScansWaiting("3 PDFs wait for an OCR turn", 30.0)
-    assert (await tasks.retry_later(deps, ctx, waiting)).defer_score == 30_000  # type: ignore[arg-type]
+    waiting = tries.ScansWaiting("3 PDFs wait for an OCR turn", 30.0)
+    assert (await tries.retry_later(deps, ctx, waiting)).defer_score == 30_000  # type: ignore[arg-type]
     cut_short = TimeoutError("3 PDFs were not parsed in time")
-    assert (await tasks.retry_later(deps, ctx, cut_short)).defer_score == 1_000  # type: ignore[arg-type]
+    assert (await tries.retry_later(deps, ctx, cut_short)).defer_score == 1_000  # type: ignore[arg-type]

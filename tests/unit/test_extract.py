@@ -6,6 +6,7 @@ import os
 import zipfile
 import zlib
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,14 +18,8 @@ from pdfqueue_dev.rawpdf import assemble
 from pdfqueue_dev.samples import CLEAN, Expect, build_corpus, render_pdf
 from pdfqueue_worker.archive import Limits, Member, list_members
 from pdfqueue_worker.emails import find_emails
-from pdfqueue_worker.extract import (
-    Extractor,
-    Result,
-    Unreadable,
-    address_lines,
-    read_pdf,
-    read_pdf_pypdf,
-)
+from pdfqueue_worker.extractor import Extractor, Unreadable
+from pdfqueue_worker.parse import NO_OCR, Extraction, read_pdf, read_pdf_pypdf
 from pdfqueue_worker.payload import cut
 
 
@@ -37,7 +32,7 @@ async def extractor() -> AsyncIterator[Extractor]:
     ex.close()
 
 
-def brief(r: Result) -> tuple[str, list[str], int, bool, int | None]:
+def brief(r: Extraction) -> tuple[str, list[str], int, bool, int | None]:
     """What both parsers must agree on: reason, addresses, pages, text, where reading stopped."""
     return r.reason, r.emails, r.pages, r.has_text, r.next_page
 
@@ -167,18 +162,13 @@ def test_pdfium_reads_what_pypdf_read_on_dense_resumes(density: Density) -> None
             assert brief(more) == brief(read_pdf_pypdf(data, 50, new.next_page)), f
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "",
-        "no address\r\nat all",
-        "name\r\nA.B@Example.COM | x@y.io\r\nmore x@y.io\nlast c@d.io",
-        "ｊａｎｅ＠ｅｘａｍｐｌｅ．ｃｏｍ\nsmall at: a\ufe6bb.io\n@\n@@ @x.io a@\nb.io",  # noqa: RUF001
-        "one line without a break: a@b.io, c@d.io",
-    ],
-)
-def test_scanning_only_lines_with_an_at_finds_the_same_addresses(text: str) -> None:
-    assert find_emails(address_lines(text)) == find_emails(text)
+def test_both_engines_name_a_drawn_page_without_text_needs_ocr_and_an_empty_one_not() -> None:
+    """What the pypdf engine (which has no OCR) says of a page drawn without a text layer, as
+    PDFium's read says with OCR off: `needs_ocr`, not a file without text."""
+    drawn, empty = pdf_with_stream(b"0 0 m 100 100 l S"), pdf_with_stream(b"")
+    for engine in (read_pdf_pypdf, partial(read_pdf, how=NO_OCR)):
+        assert engine(drawn, 50).needs_ocr, engine
+        assert not engine(empty, 50).needs_ocr, engine
 
 
 def zip_items(tmp_path: Path, pdfs: list[bytes]) -> list[tuple[bytes, Member, int]]:

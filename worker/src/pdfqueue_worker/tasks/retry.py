@@ -15,7 +15,7 @@ from pdfqueue_worker.archive import Listing, list_members, plan_slices
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import submit
 from pdfqueue_worker.observe import observed_job
-from pdfqueue_worker.tasks import (
+from pdfqueue_worker.tasks.tries import (
     keeps_try_on_shutdown,
     last_try_error,
     record_outcomes,

@@ -1,4 +1,4 @@
-"""The two arq tasks: `ingest` (a ZIP into jobs) and `process` (a run of its PDFs)."""
+"""The `process` task: read a run of a batch's PDFs, match, store and link them, record each."""
 
 from __future__ import annotations
 
@@ -7,23 +7,12 @@ import contextlib
 import hashlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from functools import wraps
 from typing import Any
 
-from arq import Retry
-from arq.constants import retry_key_prefix
-
 from pdfqueue.domain import keys
-from pdfqueue.domain.errors import (
-    DependencyRejected,
-    PdfQueueError,
-    PermanentError,
-    transient_reason,
-)
+from pdfqueue.domain.errors import DependencyRejected
 from pdfqueue.domain.models import (
-    TERMINAL,
     BatchStatus,
     Claim,
     Decision,
@@ -32,21 +21,23 @@ from pdfqueue.domain.models import (
     failed,
 )
 from pdfqueue.observability import metrics
-from pdfqueue.observability.tracing import file_event
-from pdfqueue.stores.queue import Job
 from pdfqueue.stores.users import UserRow
-from pdfqueue_worker.archive import (
-    Member,
-    list_members,
-    member_span,
-    plan_slices,
-)
+from pdfqueue_worker.archive import Member, member_span
 from pdfqueue_worker.deps import Deps
-from pdfqueue_worker.dispatch import refills, submit
-from pdfqueue_worker.extract import Deferred, Extraction, Unreadable
+from pdfqueue_worker.dispatch import refills
+from pdfqueue_worker.extractor import Deferred, Unreadable
 from pdfqueue_worker.matching import choose, wanted
 from pdfqueue_worker.observe import observed_job, stage
+from pdfqueue_worker.parse import Extraction
 from pdfqueue_worker.payload import Packed, cut, inflate
+from pdfqueue_worker.tasks.tries import (
+    ScansWaiting,
+    give_try_back,
+    keeps_try_on_shutdown,
+    last_try_error,
+    record_outcomes,
+    retry_later,
+)
 
 log = logging.getLogger(__name__)
 NO_MATCH = Outcome.SKIPPED_NO_MATCH
@@ -60,125 +51,6 @@ inflate what they read under their own memory cap."""
 
 INLINE_INFLATE_BYTES = 256 * 1024
 """A linked PDF up to this size is inflated on the event loop (well under a millisecond)."""
-
-Task = Callable[..., Coroutine[Any, Any, Any]]
-
-
-def keeps_try_on_shutdown(task: Task) -> Task:
-    """A job cancelled by a graceful shutdown runs again without spending one of its tries.
-
-    arq counts a try when the job starts; on SIGTERM past `job_completion_wait` it cancels
-    the job and leaves it queued. Giving the try back keeps deploys from failing PDFs.
-    """
-
-    @wraps(task)
-    async def wrapper(ctx: dict[str, Any], **kwargs: Any) -> Any:
-        try:
-            return await task(ctx, **kwargs)
-        except asyncio.CancelledError:
-            await asyncio.shield(give_try_back(ctx))
-            raise
-
-    return wrapper
-
-
-async def give_try_back(ctx: dict[str, Any]) -> None:
-    """This try does not count against the job's tries (arq counted it when it started)."""
-    deps: Deps = ctx["deps"]
-    await deps.redis.decr(retry_key_prefix + ctx["job_id"])
-
-
-LAST_ERROR_TTL_S = 7 * 24 * 3600
-
-
-class ScansWaiting(PdfQueueError, TimeoutError):
-    """A try that recorded nothing because its scans wait for the worker's OCR turns: it runs
-    again once a turn may be free, not at once (each run reads the job's span again)."""
-
-    def __init__(self, message: str, wait_s: float) -> None:
-        super().__init__(message)
-        self.wait_s = wait_s
-
-
-async def retry_later(deps: Deps, ctx: dict[str, Any], exc: Exception) -> Retry:
-    """Remember why this try failed (the final reason if tries run out), then defer a retry."""
-    reason = transient_reason(exc)
-    log.warning(
-        "try %d failed (%s): %r", ctx["job_try"], reason, exc, extra={"job_id": ctx["job_id"]}
-    )
-    with contextlib.suppress(Exception):  # Redis may be the thing that is down
-        await deps.redis.set(keys.last_error(ctx["job_id"]), reason, ex=LAST_ERROR_TTL_S)
-    defer = deps.backoff_s(ctx["job_try"])
-    if isinstance(exc, ScansWaiting):
-        defer = max(defer, exc.wait_s)
-    return Retry(defer=defer)
-
-
-async def last_try_error(deps: Deps, ctx: dict[str, Any]) -> str:
-    raw = await deps.redis.get(keys.last_error(ctx["job_id"]))
-    # No recorded error means every try died with its worker (OOM kill, node loss).
-    return raw.decode() if isinstance(raw, bytes) else (raw or "worker_lost")
-
-
-@observed_job("ingest", link=False)
-@keeps_try_on_shutdown
-async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
-    """List the ZIP, record what fails at once, and fan out one `process` job per PDF."""
-    deps: Deps = ctx["deps"]
-    try:
-        async with asyncio.timeout(deps.settings.job_timeout_s):  # see `process`
-            if ctx["job_try"] <= deps.settings.max_tries:
-                try:
-                    return await _ingest(deps, batch_id, source)
-                except DependencyRejected as exc:  # no try cures it: the batch fails now
-                    log.error("ingest refused: %r", exc, extra={"batch_id": batch_id})
-                    error = f"ingest failed: {exc.reason}"
-            else:
-                error = f"ingest gave up: {await last_try_error(deps, ctx)}"
-            await deps.lifecycle.fail(batch_id, error)
-    except Exception as exc:
-        raise await retry_later(deps, ctx, exc) from exc
-    return error
-
-
-async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
-    if await deps.lifecycle.status(batch_id) in TERMINAL:
-        await deps.lifecycle.settle(batch_id)  # whoever finished it may have died
-        return "already finished"
-    try:
-        listing = await deps.storage.run(list_members, deps.storage.backend, source, deps.limits)
-    except PermanentError as exc:
-        log.warning("archive rejected: %s", exc, extra={"batch_id": batch_id})
-        await deps.lifecycle.fail(batch_id, str(exc))
-        return f"rejected: {exc}"
-
-    await deps.lifecycle.start(batch_id, listing.total_files, listing.ignored)
-    if listing.rejected:
-        rejected = {
-            FileRef(batch_id, i, name): failed(why.reason) for i, name, why in listing.rejected
-        }
-        await record_outcomes(deps, batch_id, rejected)
-    slices = plan_slices(listing.pdfs, deps.settings.pdfs_per_job, deps.settings.job_max_bytes)
-    jobs = (
-        Job(
-            keys.process_job(batch_id, run[0].index),
-            "process",
-            {"batch_id": batch_id, "source": source, "members": [m.to_job() for m in run]},
-            cost=len(run),
-        )
-        for run in slices
-    )
-    added = await submit(deps, batch_id, jobs)
-    log.info(
-        "ingested %d PDFs in %d jobs (%d new), %d rejected, %d ignored",
-        len(listing.pdfs),
-        len(slices),
-        added,
-        len(listing.rejected),
-        len(listing.ignored),
-        extra={"batch_id": batch_id},
-    )
-    return f"{len(listing.pdfs)} PDFs"
 
 
 @observed_job("process", link=True)
@@ -278,17 +150,6 @@ async def _process_apart(
             )
             decided[_ref(batch_id, m)] = failed(exc.reason)
     return decided
-
-
-async def record_outcomes(
-    deps: Deps, batch_id: str, decided: dict[FileRef, Decision]
-) -> list[Outcome]:
-    """Record the files' outcomes; each becomes an event of the job's span."""
-    with stage("record"):
-        final = await deps.lifecycle.record(batch_id, decided)
-    for ref, d in zip(decided, final, strict=True):
-        file_event(ref.index, d.outcome.value, d.reason)
-    return [d.outcome for d in final]
 
 
 def _ref(batch_id: str, m: Member) -> FileRef:
