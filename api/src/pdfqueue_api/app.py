@@ -40,9 +40,9 @@ from pdfqueue.domain.models import (
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import BatchErasure
 from pdfqueue.observability import metrics
+from pdfqueue.runtime.connections import API, Stores
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.progress import StoreGauges
-from pdfqueue.runtime.stores import API, Stores
 from pdfqueue.stores import schema
 from pdfqueue.stores.queue import check_durability
 from pdfqueue_api.auth import require_tenant

@@ -18,7 +18,7 @@ import kopf
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.recovery import reconcile_running
-from pdfqueue.runtime.stores import OPERATOR, Stores
+from pdfqueue.runtime.connections import OPERATOR, Stores
 from pdfqueue_operator import kube
 from pdfqueue_operator.autoscaler import Autoscaler, Key, WorkerDeployment
 from pdfqueue_operator.kube import Kube, always
