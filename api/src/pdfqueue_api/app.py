@@ -47,10 +47,10 @@ from pdfqueue.stores import schema
 from pdfqueue.stores.queue import check_durability
 from pdfqueue_api.auth import require_tenant
 from pdfqueue_api.events import MAX_EVENT_ID, BatchFeed, EventStream, event_id
-from pdfqueue_api.headers import SecurityHeadersMiddleware
 from pdfqueue_api.kube import PdfBatchPublisher
-from pdfqueue_api.middleware import FASTAPI_TELEMETRY, TelemetryMiddleware
+from pdfqueue_api.security_headers import SecurityHeadersMiddleware
 from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S, BatchService
+from pdfqueue_api.telemetry import FASTAPI_TELEMETRY, TelemetryMiddleware
 from pdfqueue_api.upload import ZIP_TYPES, FormFileReader
 
 log = logging.getLogger(__name__)
