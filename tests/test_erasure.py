@@ -342,7 +342,7 @@ async def test_an_erasure_killed_half_way_is_finished_by_a_rerun(
     script = (
         "import asyncio, os, sys\n"
         "from pdfqueue.domain.settings import Settings\n"
-        "from pdfqueue.runtime.stores import ADMIN, Stores\n"
+        "from pdfqueue.runtime.connections import ADMIN, Stores\n"
         "async def main():\n"
         "    stores = await Stores.open(Settings(), ADMIN)\n"
         "    eraser = stores.eraser()\n"

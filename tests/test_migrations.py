@@ -15,8 +15,8 @@ import pytest
 
 from pdfqueue.domain.errors import DatabaseRejected, DatabaseUnavailable, SchemaNotReady
 from pdfqueue.domain.settings import Settings
-from pdfqueue.runtime import stores as runtime
-from pdfqueue.runtime.stores import OPERATOR, Role, Stores, worker_role
+from pdfqueue.runtime import connections as runtime
+from pdfqueue.runtime.connections import OPERATOR, Role, Stores, worker_role
 from pdfqueue.stores import schema
 from pdfqueue.stores.schema import MIGRATIONS_LOCK, Migration, bundled, code_version, migrate
 
@@ -357,7 +357,7 @@ async def test_workers_and_the_operator_wait_for_the_schema(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(runtime, "SCHEMA_RETRY_MAX_S", 0.5)
-    caplog.set_level(logging.WARNING, logger="pdfqueue.runtime.stores")
+    caplog.set_level(logging.WARNING, logger="pdfqueue.runtime.connections")
     await migrate(conn, upto=LATEST - 1)
     late = settings.model_copy(update={"database_url": fresh_dsn})
     role: Role = worker_role(late) if role_name == "worker" else OPERATOR

@@ -21,7 +21,7 @@ from pdfqueue.cli.main import EXIT_ERROR, EXIT_FILES_FAILED, EXIT_OK, main
 from pdfqueue.domain import keys
 from pdfqueue.domain.pdfbatch import manifest
 from pdfqueue.domain.settings import Settings
-from pdfqueue.runtime.stores import OPERATOR, Stores
+from pdfqueue.runtime.connections import OPERATOR, Stores
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_dev.samples import CLEAN, Expect

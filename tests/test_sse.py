@@ -80,14 +80,14 @@ async def test_events_follow_the_batch_to_its_end_and_resume(
         assert done.status_code == 204
         assert done.content == b""
 
-    assert served_app.state.feed.watchers == {}  # every stream unsubscribed
+    assert served_app.state.runtime.feed.watchers == {}  # every stream unsubscribed
 
 
 async def test_event_streams_share_one_read_per_batch_per_tick(
     served: str, served_app: FastAPI, make_corpus: MakeCorpus
 ) -> None:
     _, path = await make_corpus(3, seed=9)
-    feed = served_app.state.feed
+    feed = served_app.state.runtime.feed
     reads: list[str] = []
     real_read = feed.read
 
@@ -131,7 +131,7 @@ async def test_streams_over_the_limit_get_503(
                 opened = await streams.enter_async_context(http.stream("GET", url))
                 assert opened.status_code == 200
             await wait_until_async(
-                lambda: served_app.state.feed.streams == 2, "2 streams", 60, interval_s=0.02
+                lambda: served_app.state.runtime.feed.streams == 2, "2 streams", 60, interval_s=0.02
             )
             refused = await http.get(url)
             assert refused.status_code == 503

@@ -9,8 +9,8 @@ import pytest
 
 from pdfqueue.domain.errors import DatabaseUnavailable
 from pdfqueue.domain.settings import Settings
-from pdfqueue.runtime import stores as runtime
-from pdfqueue.runtime.stores import Stores, worker_role
+from pdfqueue.runtime import connections as runtime
+from pdfqueue.runtime.connections import Stores, worker_role
 from pdfqueue_dev.processes import free_port
 
 

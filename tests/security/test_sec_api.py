@@ -192,7 +192,7 @@ async def test_readyz_says_only_ok_or_error(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
     down = settings.model_copy(update={"redis_url": f"redis://:{SECRET}@127.0.0.1:9/0"})
-    caplog.set_level(logging.WARNING, logger="pdfqueue_api.app")
+    caplog.set_level(logging.WARNING, logger="pdfqueue_api.routes.health")
     async with serve(down) as client:
         ready = await client.get("/readyz")
     assert ready.status_code == 503

@@ -34,7 +34,7 @@ async def test_a_second_tenant_gets_its_stream_while_the_first_holds_its_share(
     served: str, served_app: FastAPI, make_corpus: MakeCorpus
 ) -> None:
     _, path = await make_corpus(2, seed=251)
-    feed = served_app.state.feed
+    feed = served_app.state.runtime.feed
     async with httpx.AsyncClient(base_url=served, timeout=30) as http:
         batches = {}
         for name, auth in (("acme", ACME), ("globex", GLOBEX)):

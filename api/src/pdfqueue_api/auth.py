@@ -6,8 +6,10 @@ import hashlib
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from pdfqueue_api.dependencies import AppSettings
 
 OPEN_TENANT = "public"
 BEARER = HTTPBearer(auto_error=False, description="A tenant's token (PDFQUEUE_API_TOKENS).")
@@ -25,13 +27,12 @@ def tenant_for(tokens: dict[str, str], presented: str) -> str | None:
 
 
 def require_tenant(
-    request: Request,
+    settings: AppSettings,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
 ) -> str:
     """FastAPI dependency: the caller's tenant, or 401. Open only when anonymous access was
     asked for explicitly (`PDFQUEUE_ALLOW_ANONYMOUS`); no tokens alone never opens it."""
-    settings = request.app.state.settings
-    tokens: dict[str, str] = settings.api_tokens
+    tokens = settings.api_tokens
     if not tokens and settings.allow_anonymous:
         return OPEN_TENANT
     tenant = tenant_for(tokens, credentials.credentials.strip()) if credentials else None
@@ -42,3 +43,7 @@ def require_tenant(
             headers={"WWW-Authenticate": "Bearer"},
         )
     return tenant
+
+
+Tenant = Annotated[str, Depends(require_tenant)]
+"""A route parameter: the caller's tenant (401 before the route runs without one)."""

@@ -27,7 +27,7 @@ from uvicorn.server import ServerState
 
 from pdfqueue.domain.errors import PdfQueueError
 from pdfqueue.domain.settings import Settings
-from pdfqueue_api.headers import security_headers
+from pdfqueue_api.security_headers import security_headers
 
 log = logging.getLogger(__name__)
 PROBES = frozenset({b"/healthz", b"/readyz"})

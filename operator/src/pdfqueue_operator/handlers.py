@@ -26,11 +26,11 @@ from pdfqueue.domain.errors import ObjectNotFound, PermanentError
 from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.logging import setup_logging
-from pdfqueue_operator.autoscaler import Key, WorkerDeployment
 from pdfqueue_operator.kube import always
 from pdfqueue_operator.model import PdfBatchObject
 from pdfqueue_operator.runtime import Operator
 from pdfqueue_operator.status import rejected
+from pdfqueue_operator.worker_scaler import Key, WorkerDeployment
 
 log = logging.getLogger(__name__)
 MAX_RETRY_DELAY_S = 300.0

@@ -34,7 +34,7 @@ from typing import Any
 from pdfqueue.domain.errors import PdfQueueError
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.periodic import Periodic, cancel_and_wait
-from pdfqueue.runtime.stores import Stores
+from pdfqueue.runtime.connections import Stores
 from pdfqueue_operator.kube import Kube
 
 log = logging.getLogger(__name__)

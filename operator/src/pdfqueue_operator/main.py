@@ -35,7 +35,7 @@ import kopf
 from pdfqueue.domain.errors import ConfigurationError
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
-from pdfqueue.runtime.stores import OPERATOR, Stores
+from pdfqueue.runtime.connections import OPERATOR, Stores
 from pdfqueue_operator import kube
 from pdfqueue_operator.election import Elector, identity_for
 from pdfqueue_operator.health import HealthServer

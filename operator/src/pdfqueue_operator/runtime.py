@@ -18,9 +18,8 @@ import kopf
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.recovery import reconcile_running
-from pdfqueue.runtime.stores import OPERATOR, Stores
+from pdfqueue.runtime.connections import OPERATOR, Stores
 from pdfqueue_operator import kube
-from pdfqueue_operator.autoscaler import Autoscaler, Key, WorkerDeployment
 from pdfqueue_operator.kube import Kube, always
 from pdfqueue_operator.leader_tasks import (
     LEADER_TASKS,
@@ -30,6 +29,7 @@ from pdfqueue_operator.leader_tasks import (
     operator_loop,
 )
 from pdfqueue_operator.reconcile import BatchReconciler
+from pdfqueue_operator.worker_scaler import Key, WorkerDeployment, WorkerScaler
 
 log = logging.getLogger(__name__)
 REBUILD_INTERVAL_S = 30.0
@@ -73,9 +73,9 @@ class Operator:
             client,
             own_namespace=kube.own_namespace(),
         )
-        autoscaler = Autoscaler(settings, stores.redis, client, deployments, hpas)
+        scaler = WorkerScaler(settings, stores.redis, client, deployments, hpas)
         loops = [
-            operator_loop("autoscaler", settings.operator_scale_interval_s, autoscaler.tick),
+            operator_loop("autoscaler", settings.operator_scale_interval_s, scaler.tick),
             operator_loop("status", settings.operator_status_interval_s, reconciler.mirror),
             operator_loop(
                 "redis-rebuild", REBUILD_INTERVAL_S, partial(reconcile_running, stores.lifecycle)

@@ -21,9 +21,9 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
 from pdfqueue.recovery import reconcile_at_start, reconcile_if_reset, reconcile_running
+from pdfqueue.runtime.connections import Stores, worker_role
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.progress import StoreGauges
-from pdfqueue.runtime.stores import Stores, worker_role
 from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
 from pdfqueue.stores.queue import check_durability, deserialize, serialize
 from pdfqueue_worker import heartbeat

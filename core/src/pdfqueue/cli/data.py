@@ -182,7 +182,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _with_eraser(work: Callable[[Any], Awaitable[T]]) -> T:
     """Run `work` with an Eraser over the stores the settings name, then close them."""
-    from pdfqueue.runtime.stores import ADMIN, Stores
+    from pdfqueue.runtime.connections import ADMIN, Stores
 
     async def run() -> T:
         stores = await Stores.open(Settings(), ADMIN)

@@ -26,7 +26,7 @@ from pdfqueue.domain.models import BatchStatus, BatchSummary
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import metrics
-from pdfqueue.runtime.stores import Stores
+from pdfqueue.runtime.connections import Stores
 from pdfqueue.stores.fair import Dispatcher, chunks_before
 from pdfqueue.stores.queue import Job
 from pdfqueue.stores.webhooks import body, callback_of, parse, post, record_attempt

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdfqueue_operator.autoscaler import WorkerDeployment
+from pdfqueue_operator.worker_scaler import WorkerDeployment
 
 
 def body(**over: Any) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.stores.fair import pending_jobs
 from pdfqueue_operator.kube import Kube
-from pdfqueue_operator.scaling import History, InvalidPolicy, ScalePolicy, decide
+from pdfqueue_operator.scale_decision import History, InvalidPolicy, ScalePolicy, decide
 
 log = logging.getLogger(__name__)
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
@@ -79,7 +79,7 @@ class WorkerDeployment:
 
 
 @dataclass(eq=False)
-class Autoscaler:
+class WorkerScaler:
     """Owns the replicas of the worker Deployments; kopf's indices say which exist."""
 
     settings: Settings

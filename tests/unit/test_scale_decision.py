@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdfqueue_operator.scaling import (
+from pdfqueue_operator.scale_decision import (
     Decision,
     History,
     InvalidPolicy,

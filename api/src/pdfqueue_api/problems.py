@@ -1,0 +1,55 @@
+"""Error answers: each of our errors as its own status, and how /openapi.json declares them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+
+from pdfqueue.domain.errors import PdfQueueError, UploadAborted
+
+log = logging.getLogger(__name__)
+
+
+class Problem(BaseModel):
+    """Every error answer: what went wrong, in words."""
+
+    detail: str
+
+
+ERRORS = {
+    400: "A malformed parameter (a cursor this API did not hand out) or request framing (a"
+    " multipart Content-Type without a valid boundary).",
+    401: "Missing or unknown bearer token.",
+    404: "Unknown batch, or another tenant's.",
+    413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
+    409: "The batch is not COMPLETED, has no file to retry, or its retry is running.",
+    415: "Neither application/zip nor multipart/form-data.",
+    422: "Not a ZIP archive.",
+    429: "A quota of the tenant is used up; Retry-After says when to try again.",
+    503: "Redis, PostgreSQL or storage is unavailable; retry later.",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """Declared error answers for /openapi.json, so clients (and schemathesis) know them."""
+    return {code: {"model": Problem, "description": ERRORS[code]} for code in codes}
+
+
+async def problem(_request: Request, exc: PdfQueueError) -> Response:
+    """Every error of ours answers its own status, with its own headers."""
+    if isinstance(exc, UploadAborted):
+        log.info("client disconnected mid-upload; the partial upload was removed")
+        return Response(status_code=exc.http_status)
+    if exc.http_status >= 500:
+        log.warning("answering %d: %r", exc.http_status, exc, exc_info=exc.__cause__)
+    return JSONResponse(
+        {"detail": exc.public_detail()}, status_code=exc.http_status, headers=exc.headers()
+    )
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    app.exception_handler(PdfQueueError)(problem)

@@ -1,0 +1,55 @@
+"""Probes and scrapes: liveness, readiness per dependency, Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from pdfqueue.domain.errors import SchemaNotReady
+from pdfqueue.stores import postgres, schema
+from pdfqueue_api.dependencies import Connections
+from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+
+@router.get("/healthz", include_in_schema=False)
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", include_in_schema=False)
+async def readyz(stores: Connections) -> JSONResponse:
+    """ok/error per dependency; anyone may ask, so the why goes to the log only (but for
+    the schema's versions)."""
+    checks = {
+        "redis": stores.lifecycle.ping(),
+        "postgresql": postgres.ping(stores.pool),
+        "storage": stores.storage.check(),
+        "schema": schema.require(stores.pool),
+    }
+    results = await asyncio.gather(
+        *(asyncio.wait_for(c, DEPENDENCY_TIMEOUT_S) for c in checks.values()),
+        return_exceptions=True,
+    )
+    report: dict[str, str] = {}
+    for name, result in zip(checks, results, strict=True):
+        failed = isinstance(result, BaseException)
+        # a schema too old or too new says so: versions only, and the operator's next step
+        report[name] = (
+            str(result) if isinstance(result, SchemaNotReady) else "error" if failed else "ok"
+        )
+        if failed:
+            log.warning("readiness: %s failed: %r", name, result)
+    ready = all(v == "ok" for v in report.values())
+    return JSONResponse(report, status_code=200 if ready else 503)
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,47 @@
+"""The web page: upload at `/`, a batch at `/batches/{id}`, and its own static assets."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from fastapi import APIRouter, HTTPException, status
+from fastapi.responses import HTMLResponse, Response
+
+from pdfqueue.domain.advice import ADVICE
+from pdfqueue_api.dependencies import BatchId
+
+ASSETS = {
+    "page.css": "text/css; charset=utf-8",
+    "page.js": "text/javascript; charset=utf-8",
+    "advice.json": "application/json",
+}
+"""The page's own style, script and reason table: served here, so its CSP needs nothing
+inline or remote."""
+_PACKAGE = resources.files("pdfqueue_api")
+PAGE = _PACKAGE.joinpath("page.html").read_text()
+ASSET_BYTES = {
+    name: _PACKAGE.joinpath("static", name).read_bytes() for name in ASSETS if name != "advice.json"
+}
+ASSET_BYTES["advice.json"] = json.dumps(ADVICE).encode()
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/")
+async def index() -> HTMLResponse:
+    return HTMLResponse(PAGE.replace("%ROOT%", ""))
+
+
+@router.get("/batches/{batch_id}")
+async def batch_page(batch_id: BatchId) -> HTMLResponse:
+    """The same page; its script shows the batch named in the URL (so a reload resumes)."""
+    return HTMLResponse(PAGE.replace("%ROOT%", "../"))
+
+
+@router.get("/static/{name}")
+async def asset(name: str) -> Response:
+    if name not in ASSETS:
+        raise HTTPException(status.HTTP_404_NOT_FOUND)
+    return Response(
+        ASSET_BYTES[name], media_type=ASSETS[name], headers={"Cache-Control": "no-cache"}
+    )
