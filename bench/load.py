@@ -38,7 +38,7 @@ from bench.procs import Sampler
 from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
-from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import UsersTable, connect
 from pdfqueue.stores.queue import Job, enqueue_chunked
 from pdfqueue.stores.state import utcnow

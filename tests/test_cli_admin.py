@@ -14,7 +14,7 @@ from pdfqueue.cli.main import EXIT_ERROR, EXIT_OK, main
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.queue import remove
 from pdfqueue.stores.storage import Storage

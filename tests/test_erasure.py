@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser, parse_duration
-from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.retention import ERASED_NAME, RetentionStore
 from pdfqueue.stores.storage import Storage

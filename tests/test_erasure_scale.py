@@ -25,7 +25,7 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.models import Decision, FileRef, Outcome
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import CHUNK_ROWS, Eraser
-from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.postgres import UsersTable, connect

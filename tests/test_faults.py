@@ -148,7 +148,7 @@ async def ingest_only(run: Run) -> None:
 async def start_round(run: Run) -> None:
     from redis.asyncio import Redis
 
-    from pdfqueue.runtime.stores import lifecycle_over
+    from pdfqueue.runtime.connections import lifecycle_over
     from pdfqueue.stores.postgres import connect
 
     s = run.settings

@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser
 from pdfqueue.observability.logging import log_handler
-from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage

@@ -23,7 +23,7 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.models import Claim, FileRef, Outcome
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.recovery import reconcile_batch, reconcile_if_reset, reconcile_running
-from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.queue import queued_with_prefix, remove
 from tests.support import faults

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain.errors import DirectoryTooLarge
 from pdfqueue.domain.settings import Settings
-from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits, count_entries

@@ -17,7 +17,7 @@ import pytest
 
 from pdfqueue.domain.models import COUNTERS
 from pdfqueue.domain.settings import Settings
-from pdfqueue.runtime.stores import lifecycle_over
+from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import Child, free_ports, wait_until_async

@@ -87,7 +87,7 @@ async def _lifecycle() -> AsyncIterator[Lifecycle]:
     from redis.asyncio import Redis
 
     from pdfqueue.domain.settings import Settings
-    from pdfqueue.runtime.stores import lifecycle_over
+    from pdfqueue.runtime.connections import lifecycle_over
     from pdfqueue.stores.postgres import connect
 
     settings = Settings()
