@@ -129,7 +129,8 @@ def parse_cost_ms(
 
     docs = [pdf_bytes(f, seed, density) for f in planned.files[:sample]]
     pdfium = _costs(read_pdf, docs)
-    pypdf = _costs(read_pdf_pypdf, docs)
+    # pypdf's reader never read link annotations: a link-only address is no miss of its own
+    pypdf = _costs(read_pdf_pypdf, docs, need_email=density is not Density.LIBREOFFICE)
     return {
         "mean_ms": round(statistics.fmean(pdfium), 2),
         "median_ms": round(statistics.median(pdfium), 2),
@@ -140,13 +141,15 @@ def parse_cost_ms(
     }
 
 
-def _costs(read: Callable[[bytes, int], Any], docs: list[bytes]) -> list[float]:
+def _costs(
+    read: Callable[[bytes, int], Any], docs: list[bytes], *, need_email: bool = True
+) -> list[float]:
     read(docs[0], 50)  # imports and caches out of the measurement
     costs = []
     for data in docs:
         started = time.process_time()
         found = read(data, 50)
         costs.append((time.process_time() - started) * 1000)
-        if found.reason or not found.emails:
+        if found.reason or (need_email and not found.emails):
             raise RuntimeError(f"a clean PDF did not parse ({found.reason or 'no email'})")
     return costs
