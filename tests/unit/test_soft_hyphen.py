@@ -151,3 +151,14 @@ def test_a_hyphen_spaced_off_at_a_line_end_joins_the_address_it_splits() -> None
     )
     # after a whole address, a spaced hyphen is a dash: the address stays as written
     assert found("jane@x.io -\nPhone +1 555 0100") == {"jane@x.io": Source.TEXT}
+
+
+def test_a_hyphen_drawn_as_a_minus_sign_is_a_hyphen() -> None:
+    """PostScript's ISOLatin1Encoding has /minus where ASCII has `-`: Ghostscript's PDF of such
+    a program reads U+2212 back for a typed hyphen, and a soft hyphen (0xAD, /hyphen) as `-`."""
+    assert found("Other: jane\u2212doe@people.example") == {
+        "jane-doe@people.example": Source.TEXT,
+        "janedoe@people.example": Source.DEHYPHENATED,
+    }
+    stranger = UserRow(6, "doe@people.example", None)
+    assert verdict("jane\u2212doe@people.example", stranger) == Verdict()

@@ -61,9 +61,11 @@ class Candidate:
 
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff\r"), None)
 """Soft hyphen, zero-width characters and the BOM vanish; a CR is a line end's half."""
-_HYPHENS = {ord("\u2010"): "-", ord("\u2011"): "-"}
-"""Unicode's hyphens (NFKC keeps U+2010, a hyphenating producer's glyph) read as `-`: else the
-address search stops at one and finds a shorter address, as if it were written clean."""
+_HYPHENS = {ord("\u2010"): "-", ord("\u2011"): "-", ord("\u2212"): "-"}
+"""Unicode's hyphens (NFKC keeps U+2010, a hyphenating producer's glyph) and the minus sign
+(PostScript's ISOLatin1Encoding puts /minus where ASCII has `-`: Ghostscript's PDFs of such
+programs read `jane` U+2212 `doe@`) read as `-`: else the address search stops at one and finds a
+shorter address, as if it were written clean."""
 _TABLE = _INVISIBLE | _HYPHENS
 _LINE_END_SOFT = re.compile("\u00ad[ \t]*(?=\r?\n)")
 """A soft hyphen that ends a line was drawn as the hyphen of a break: a line-end hyphen."""
@@ -94,8 +96,8 @@ _LOOK_ALIKES = ("\ufe6b", "\uff20")
 
 def clean(text: str) -> str:
     """NFKC (ligatures, full-width @), invisible characters gone (a soft hyphen ending a line
-    becomes that line's hyphen), Unicode hyphens `-`, icon glyphs a space: the text every
-    candidate is read from (the address search folds case itself)."""
+    becomes that line's hyphen), Unicode hyphens and the minus sign `-`, icon glyphs a space:
+    the text every candidate is read from (the address search folds case itself)."""
     folded = unicodedata.normalize("NFKC", text)
     if "\u00ad" in folded:
         folded = _LINE_END_SOFT.sub("-", folded)
