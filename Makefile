@@ -90,9 +90,10 @@ demo: deps
 	$(UV) run pdfqueue demo $(DEMO_ARGS)
 
 # What the bench's corpora need beyond the Python environment: LibreOffice (headless Writer,
-# fonts, hyphenation patterns) converts the libreoffice corpus's documents to PDF.
+# fonts, hyphenation patterns) and Ghostscript write the libreoffice and ghostscript corpora.
 bench-deps:
 	bash tools/services.sh libreoffice >/dev/null
+	bash tools/services.sh ghostscript >/dev/null
 
 bench: deps tools bench-deps
 	export $(BENCH_PORTS) PDFQUEUE_S3_DATA=$(BENCH_S3_DATA); \

@@ -1,5 +1,5 @@
-"""Inputs for the bench: clean résumé corpora at three densities and one by LibreOffice
-(cached ZIPs), the users table, a big random ZIP."""
+"""Inputs for the bench: clean résumé corpora at three densities and two by other producers
+(LibreOffice, Ghostscript; cached ZIPs), the users table, a big random ZIP."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from bench import libreoffice
+from bench import ghostscript, libreoffice
 from bench.documents import Density, render
 from pdfqueue_dev.samples import (
     CLEAN,
@@ -40,6 +40,8 @@ def corpus(n: int, seed: int, density: Density = Density.SPARSE) -> tuple[Corpus
     same n, seed and density always give the same bytes."""
     if density is Density.LIBREOFFICE:
         return libreoffice.corpus(n, seed, CACHE)
+    if density is Density.GHOSTSCRIPT:
+        return ghostscript.corpus(n, seed, CACHE)
     planned = build_corpus(n, seed=seed, mix=CLEAN)
     name = f"clean-{n}-seed{seed}" if density is Density.SPARSE else f"{density}-{n}-seed{seed}"
     name += f"-{_fingerprint(planned)}"  # a ZIP of an older sample generator is not reused
@@ -66,6 +68,8 @@ def pdf_bytes(f: SampleFile, seed: int, density: Density) -> bytes:
     """One file of a corpus, as `corpus` writes it into the ZIP."""
     if density is Density.LIBREOFFICE:
         return libreoffice.pdf_bytes(f, seed, CACHE)
+    if density is Density.GHOSTSCRIPT:
+        return ghostscript.pdf_bytes(f, seed, CACHE)
     return render_pdf(f, seed=seed) if density is Density.SPARSE else render(f, density, seed)
 
 

@@ -54,6 +54,9 @@ class Density(StrEnum):
     LIBREOFFICE = "libreoffice"
     """1-3 pages, about 5,000 characters on page one, written as documents and converted by
     LibreOffice (`bench.libreoffice`): a producer no code in this repository is."""
+    GHOSTSCRIPT = "ghostscript"
+    """The typical corpus's résumés as PostScript programs, written as PDF by Ghostscript's
+    `ps2pdf` (`bench.ghostscript`); some with a soft hyphen drawn inside the address."""
 
 
 class Producer(StrEnum):
