@@ -26,7 +26,7 @@ BENCH_ARGS ?=
 # `make demo DEMO_ARGS="--port 8001 --no-wait"`: another port, and exit once the batch is done
 DEMO_ARGS ?=
 
-.PHONY: help deps tools services services-stop test lint docs docs-refs demo bench clean
+.PHONY: help deps tools services services-stop test lint docs docs-refs demo bench bench-deps clean
 
 help:
 	@echo "make demo   - run the whole pipeline on 300 generated résumés (installs what is missing)"
@@ -91,7 +91,13 @@ demo: deps
 	export PDFQUEUE_STORAGE_URL=file://$(CURDIR)/.pdfqueue/storage; \
 	$(UV) run pdfqueue demo $(DEMO_ARGS)
 
-bench: deps tools
+# What the bench's corpora need beyond the Python environment: LibreOffice (headless Writer,
+# fonts, hyphenation patterns) and Ghostscript write the libreoffice and ghostscript corpora.
+bench-deps:
+	bash tools/services.sh libreoffice >/dev/null
+	bash tools/services.sh ghostscript >/dev/null
+
+bench: deps tools bench-deps
 	export $(BENCH_PORTS) PDFQUEUE_S3_DATA=$(BENCH_S3_DATA); \
 	bash tools/services.sh start $(BENCH_STATE); \
 	eval "$$(bash tools/services.sh env $(BENCH_STATE))"; \

@@ -43,7 +43,7 @@ LINKERS = _words("and with for across while using through within by to of the a 
 
 
 class Density(StrEnum):
-    """How much text a résumé has: the bench's corpora."""
+    """How much text a résumé has, and who made it: the bench's corpora."""
 
     SPARSE = "sparse"
     """A few short lines a page (the fpdf2 résumés of `pdfqueue_dev.samples`)."""
@@ -51,6 +51,12 @@ class Density(StrEnum):
     """1-2 dense pages of 600-900 words, the address on page one."""
     LONG = "long"
     """3-5 dense pages; the address on page one, for some only on the last page."""
+    LIBREOFFICE = "libreoffice"
+    """1-3 pages, about 5,000 characters on page one, written as documents and converted by
+    LibreOffice (`bench.libreoffice`): a producer no code in this repository is."""
+    GHOSTSCRIPT = "ghostscript"
+    """The typical corpus's résumés as PostScript programs, written as PDF by Ghostscript's
+    `ps2pdf` (`bench.ghostscript`); some with a soft hyphen drawn inside the address."""
 
 
 class Producer(StrEnum):

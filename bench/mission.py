@@ -34,7 +34,7 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue_dev.samples import Corpus
 
-CORPORA = ("sparse", "typical", "long")
+CORPORA = ("sparse", "typical", "long", "libreoffice", "ghostscript")
 COMPARED = (
     "seconds_per_1000",
     "worker_cpu_ms",

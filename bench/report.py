@@ -80,10 +80,10 @@ def derive(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def label(run: dict[str, Any]) -> str:
-    density = str(run.get("density", "sparse"))[:7]
+    density = str(run.get("density", "sparse"))[:11]
     if run["system"] == "pdfqueue":
-        return f"{density:<7} pdfqueue {run['workers']}w x {run['extract_processes']}p"
-    return f"{density:<7} {run['system']}"
+        return f"{density:<11} pdfqueue {run['workers']}w x {run['extract_processes']}p"
+    return f"{density:<11} {run['system']}"
 
 
 def _peaks(run: dict[str, Any]) -> str:
@@ -121,14 +121,14 @@ def _stages(run: dict[str, Any]) -> str:
 def table(runs: list[dict[str, Any]]) -> str:
     nan = float("nan")
     head = (
-        f"{'configuration':<27} {'PDFs':>5} {'status':<9} {'sec':>7} {'PDFs/s':>6} "
+        f"{'configuration':<31} {'PDFs':>5} {'status':<9} {'sec':>7} {'PDFs/s':>6} "
         f"{'linked/s':>8} {'linked':>6} {'in DB':>6} {'nomatch':>7} {'failed':>6} {'cores':>5} "
         f"{'CPUms/link':>10}  peak RSS MB (process tree)"
     )
     lines = [head, "-" * len(head)]
     for r in runs:
         lines.append(
-            f"{label(r):<27} {r['files']:>5} {str(r.get('status', '?'))[:9]:<9} "
+            f"{label(r):<31} {r['files']:>5} {str(r.get('status', '?'))[:9]:<9} "
             f"{r.get('seconds', nan):>7.2f} {r.get('pdfs_per_s', nan):>6.1f} "
             f"{r.get('goodput', nan):>8.1f} {r.get('linked', 0):>6} {r.get('linked_in_db', 0):>6} "
             f"{r.get('skipped_no_match', 0):>7} {r.get('failed', 0):>6} "
@@ -139,9 +139,9 @@ def table(runs: list[dict[str, Any]]) -> str:
         "(in DB: users with a pdf_url afterwards; fewer than `linked` means some were linked twice)"
     )
     lines += ["", "CPU ms per PDF (workers: event loop+parsers; others: the rest of the host):"]
-    lines += [f"  {label(r):<27} {r['files']:>5}  {_cpu(r)}" for r in runs if _cpu(r)]
+    lines += [f"  {label(r):<31} {r['files']:>5}  {_cpu(r)}" for r in runs if _cpu(r)]
     lines += ["", "pdfqueue stage means, ms (all workers):"]
-    lines += [f"  {label(r):<27} {r['files']:>5}  {_stages(r)}" for r in runs if _stages(r)]
+    lines += [f"  {label(r):<31} {r['files']:>5}  {_stages(r)}" for r in runs if _stages(r)]
     return "\n".join(lines)
 
 
@@ -219,7 +219,7 @@ def ratio_lines(rows: list[dict[str, Any]], upload: dict[str, Any] | None) -> st
     ]
     for r in rows:
         head = (
-            f"  {r['density']:<7} {r['files']:>5} PDFs, {r['workers']} worker(s) x "
+            f"  {r['density']:<11} {r['files']:>5} PDFs, {r['workers']} worker(s) x "
             f"{r['extract_processes']}p:"
         )
         if "cpu_met" in r:

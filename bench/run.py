@@ -34,7 +34,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--densities",
         type=_densities,
         default=list(Density),
-        help="corpora: sparse, typical (1-2 dense pages), long (3-5); all by default",
+        help="corpora: sparse, typical (1-2 dense pages), long (3-5), libreoffice (1-3 pages"
+        " converted by LibreOffice), ghostscript (typical, written by ps2pdf); all by default",
     )
     p.add_argument("--workers", type=_ints, default=[1, 2], help="worker processes (1,2)")
     p.add_argument(

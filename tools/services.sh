@@ -11,6 +11,10 @@
 #   tools/services.sh prometheus            install Debian's prometheus + promtool (service
 #                                           never started); print the prometheus binary path
 #   tools/services.sh redis|chromium|tesseract   install just that (as `start` and tests do)
+#   tools/services.sh libreoffice           install headless LibreOffice Writer (the bench's
+#                                           libreoffice corpus); print the soffice path
+#   tools/services.sh ghostscript           install Ghostscript (the bench's ghostscript
+#                                           corpus); print the ps2pdf path
 #
 # Ports (env overrides): PDFQUEUE_REDIS_PORT=16379 PDFQUEUE_PG_PORT=15432
 # PDFQUEUE_S3_PORT=17070.  Wait timeout per service: PDFQUEUE_SERVICES_TIMEOUT=60 (s).
@@ -33,7 +37,7 @@ die() { echo "services: ERROR: $*" >&2; exit 1; }
 say() { echo "services: $*" >&2; }
 
 usage() {
-  echo "usage: $0 start DIR [--no-s3] | stop DIR | destroy DIR | env DIR | prometheus | redis | chromium | tesseract" >&2
+  echo "usage: $0 start DIR [--no-s3] | stop DIR | destroy DIR | env DIR | prometheus | redis | chromium | tesseract | libreoffice | ghostscript" >&2
   exit 2
 }
 
@@ -307,12 +311,30 @@ tesseract_install() {
   echo "$TESSDATA"
 }
 
+# LibreOffice Writer without its GUI for the bench's libreoffice corpus (bench/libreoffice.py):
+# résumés converted to PDF by a producer this repository did not write. The fonts give the
+# documents different faces; hyphen-en-us holds the patterns automatic hyphenation needs.
+libreoffice_install() {
+  command -v soffice >/dev/null 2>&1 && [ -d /usr/share/hyphen ] ||
+    apt_install libreoffice-writer-nogui hyphen-en-us fonts-dejavu-core fonts-liberation2 \
+      fonts-crosextra-carlito fonts-crosextra-caladea
+  command -v soffice
+}
+
+# Ghostscript's ps2pdf for the bench's ghostscript corpus (bench/ghostscript.py).
+ghostscript_install() {
+  command -v ps2pdf >/dev/null 2>&1 || apt_install ghostscript
+  command -v ps2pdf
+}
+
 # ---------------------------------------------------------------------------
 cmd="${1:-}"; [ $# -gt 0 ] && shift || usage
 if [ "$cmd" = prometheus ]; then prometheus_install; exit 0; fi
 if [ "$cmd" = redis ]; then redis_install; command -v redis-server; exit 0; fi
 if [ "$cmd" = chromium ]; then chromium_install; exit 0; fi
 if [ "$cmd" = tesseract ]; then tesseract_install; exit 0; fi
+if [ "$cmd" = libreoffice ]; then libreoffice_install; exit 0; fi
+if [ "$cmd" = ghostscript ]; then ghostscript_install; exit 0; fi
 DIR=""; WITH_S3=1; ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -1,4 +1,5 @@
-"""Candidate addresses of one page: cleaned text, line-end joins, de-obfuscation, mailto links."""
+"""Candidate addresses of one page: cleaned text, line-end joins, de-obfuscation, soft hyphens
+drawn as hyphens, mailto links."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import pairwise
+from itertools import combinations, pairwise
 from urllib.parse import unquote
 
 from email_validator import EmailNotValidError, validate_email
@@ -28,6 +29,9 @@ class Source(StrEnum):
     """Split at a line end and rejoined, or cut short by such a split."""
     OCR = "ocr"
     """Read by OCR from the page's image."""
+    DEHYPHENATED = "dehyphenated"
+    """An address of the page with a hyphen of its local part dropped: a producer may have
+    drawn a soft hyphen (or a hyphenation point) as `-` where the person typed nothing."""
 
 
 STRONG = frozenset({Source.TEXT, Source.ANNOTATION})
@@ -39,6 +43,9 @@ SHORT_PIECE = 3
 """Longest head of a line that may end an address whose tail looks whole (`x.co` + `m`)."""
 MAX_TOKEN_CHARS = 64 + 1 + MAX_DOMAIN_CHARS
 """Longest piece of one line joined to the next: an address is never longer."""
+MAX_SOFT_HYPHENS = 3
+"""Most hyphens of one local part that may each be a soft hyphen drawn as `-` (every
+combination is tried: 7 variants at most); a local part with more is taken as written."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,16 @@ class Candidate:
 
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff\r"), None)
 """Soft hyphen, zero-width characters and the BOM vanish; a CR is a line end's half."""
+_HYPHENS = {ord("\u2010"): "-", ord("\u2011"): "-", ord("\u2212"): "-"}
+"""Unicode's hyphens (NFKC keeps U+2010, a hyphenating producer's glyph) and the minus sign
+(PostScript's ISOLatin1Encoding puts /minus where ASCII has `-`: Ghostscript's PDFs of such
+programs read `jane` U+2212 `doe@`) read as `-`: else the address search stops at one and finds a
+shorter address, as if it were written clean."""
+_TABLE = _INVISIBLE | _HYPHENS
+_LINE_END_SOFT = re.compile("\u00ad[ \t]*(?=\r?\n)")
+"""A soft hyphen that ends a line was drawn as the hyphen of a break: a line-end hyphen."""
+_SOFT_POINT = re.compile("(?<=[a-z])-(?=[a-z])")
+"""A hyphen between two letters of a local part: where a word is hyphenated."""
 _GLYPH = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff\ufffd]")
 """Private-use glyphs (icon fonts: an envelope glued to the address) and U+FFFD: a space."""
 _BRACKET_AT = re.compile(r"[ \t]{0,3}[\[({<][ \t]{0,2}at[ \t]{0,2}[\])}>][ \t]{0,3}", re.IGNORECASE)
@@ -78,10 +95,13 @@ _LOOK_ALIKES = ("\ufe6b", "\uff20")
 
 
 def clean(text: str) -> str:
-    """NFKC (ligatures, full-width @), invisible characters gone, icon glyphs a space: the
-    text every candidate is read from (the address search folds case itself)."""
-    folded = unicodedata.normalize("NFKC", text).translate(_INVISIBLE)
-    return _GLYPH.sub(" ", folded)
+    """NFKC (ligatures, full-width @), invisible characters gone (a soft hyphen ending a line
+    becomes that line's hyphen), Unicode hyphens and the minus sign `-`, icon glyphs a space:
+    the text every candidate is read from (the address search folds case itself)."""
+    folded = unicodedata.normalize("NFKC", text)
+    if "\u00ad" in folded:
+        folded = _LINE_END_SOFT.sub("-", folded)
+    return _GLYPH.sub(" ", folded.translate(_TABLE))
 
 
 def valid(address: str) -> bool:
@@ -120,7 +140,32 @@ def page_candidates(
     regions = _regions(text[:max_chars])
     for start, region in regions:
         _region_candidates(_lines(clean(region), start), add)
+    # After every other candidate, so that an address written as it is stays as trusted as it is.
+    for written in list(found.values()):
+        if written.source is not Source.ANNOTATION:  # a link's target is typed, never drawn
+            for address in dehyphenated(written.address):
+                if address not in found and valid(address):
+                    how = Source.OCR if source is Source.OCR else Source.DEHYPHENATED
+                    found[address] = Candidate(address, how, page, written.contact)
     return list(found.values())
+
+
+def dehyphenated(address: str) -> list[str]:
+    """`address` with one or more of the hyphens between letters of its local part dropped,
+    each a soft hyphen a producer may have drawn (`jo-hn.smith@x` -> `john.smith@x`): every
+    combination of up to MAX_SOFT_HYPHENS of them, fewest dropped first."""
+    local, _, domain = address.rpartition("@")
+    if "-" not in local:
+        return []
+    points = [m.start() for m in _SOFT_POINT.finditer(local)]
+    if not points or len(points) > MAX_SOFT_HYPHENS:
+        return []
+    out = []
+    for size in range(1, len(points) + 1):
+        for dropped in combinations(points, size):
+            kept = "".join(ch for i, ch in enumerate(local) if i not in dropped)
+            out.append(f"{kept}@{domain}")
+    return out
 
 
 def _region_candidates(
@@ -130,16 +175,20 @@ def _region_candidates(
     weak = _joined(lines)
     for start, line in lines:
         if "@" in line:
-            for variant in _merged(line):
+            variants = _merged(line)
+            untouched = _untouched(line, variants) if len(variants) > 1 else frozenset()
+            for variant in variants:
                 for address in find_emails(variant):
-                    joined = address in weak or variant is not line
+                    merged = variant is not line and address not in untouched
+                    joined = address in weak or merged
                     add(address, Source.LINE_JOIN if joined else Source.TEXT, start)
     for address, at in weak.items():
         add(address, Source.LINE_JOIN, at)
     for start, line in lines:
         if _HINT.search(line):
-            for address in find_emails(deobfuscate(line)):
-                add(address, Source.DEOBFUSCATED, start)
+            for variant in _merged(line):
+                for address in find_emails(deobfuscate(variant)):
+                    add(address, Source.DEOBFUSCATED, start)
 
 
 def _regions(text: str) -> list[tuple[int, str]]:
@@ -203,7 +252,7 @@ def _joined(lines: list[tuple[int, str]]) -> dict[str, int]:
     the cut-short addresses they extend: both are LINE_JOIN, trusted only when unambiguous."""
     weak: dict[str, int] = {}
     for (start, line), (_, following) in pairwise(lines):
-        tail = line.rstrip().rpartition(" ")[2][-MAX_TOKEN_CHARS:]
+        tail = _last_token(line)
         head = following.lstrip().partition(" ")[0][:MAX_TOKEN_CHARS]
         if not tail or not head or "@" not in tail + head or not _continues(tail, head):
             continue
@@ -218,6 +267,28 @@ def _joined(lines: list[tuple[int, str]]) -> dict[str, int]:
                     for part in alone:  # cut short by the line end: no longer clean
                         weak.setdefault(part, start)
     return weak
+
+
+def _last_token(line: str) -> str:
+    """The line's last word, to be joined to the next line's first. A lone `-` after a piece
+    of an address (`jane.doe@peo -`: PDFium spaces off the hyphen of a justified line it did
+    not merge) is that piece's hyphen; after a whole address it is a dash, and not joined."""
+    stripped = line.rstrip()
+    if stripped.endswith(" -"):
+        before = stripped[:-1].rstrip().rpartition(" ")[2]
+        if before and not find_emails(before):
+            return (before + "-")[-MAX_TOKEN_CHARS:]
+    return stripped.rpartition(" ")[2][-MAX_TOKEN_CHARS:]
+
+
+def _untouched(line: str, variants: tuple[str, ...]) -> frozenset[str]:
+    """The addresses of a line PDFium merged (`_merged`) that the merge did not touch: found
+    the same in every reading, the marker read as a space too."""
+    spaced = line.replace("\ufffe", " ").replace("\x02", " ")
+    same = set(find_emails(spaced))
+    for variant in variants:
+        same &= set(find_emails(variant))
+    return frozenset(same)
 
 
 def _merged(line: str) -> tuple[str, ...]:

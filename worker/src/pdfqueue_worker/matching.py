@@ -40,8 +40,10 @@ def choose(
 
     - A placeholder address never links.
     - A clean candidate (text layer, link annotation) links on an exact match; one found only
-      by de-obfuscation, a line-join or OCR links only if the uncertain candidates together
-      match exactly one user (a joined and a hyphen-kept variant may both be someone's).
+      by de-obfuscation, a line-join, dropping a hyphen that may be a drawn soft hyphen, or OCR
+      links only if the uncertain candidates together match exactly one user (a joined and a
+      hyphen-kept variant may both be someone's). So when `jo-hn@x` is written and both
+      `jo-hn@x` and `john@x` are users, the file is ambiguous: either could be the owner.
     - Two different users are a guess: the one in page one's contact area links if it is
       the only one there; otherwise the file is ambiguous.
     """
