@@ -211,6 +211,9 @@ async def test_page_erases_a_batch_behind_its_own_confirmation(
         await browser.js("document.getElementById('eraseYes').click()")
         await until(browser, "document.getElementById('status').textContent === 'ERASING'")
         await wait_until_async(lambda: batch_id not in feed.watchers or None, "stream closed")
+        await until(  # the 202: hidden and cancelled, its last jobs given time
+            browser, "document.getElementById('rate').textContent.includes('about')"
+        )
         assert (await http.get(f"/v1/batches/{batch_id}")).status_code == 404
         await until(browser, "document.getElementById('status').textContent === 'ERASED'")
         assert await browser.js("document.querySelectorAll('#files tbody tr').length") == 0
