@@ -130,3 +130,23 @@ def test_every_client_command_has_an_example_and_exit_codes() -> None:
         text = commands[name].format_help()
         assert f"example:\n  pdfqueue {name}" in text, name
         assert "exit codes:" in text, name
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["purge", "--older-than", "5x"], "--older-than"),
+        (["purge", "--older-than", "1.5h", "--dry-run"], "--older-than"),
+        (["audit", "--since", "1w"], "--since"),
+    ],
+)
+def test_a_duration_that_is_not_one_is_refused_with_the_option_named(
+    argv: list[str], option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before any store is opened, as a usage error; it used to be a traceback."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: argument {option}: '{argv[2]}' is not a duration" in err
+    assert "Traceback" not in err

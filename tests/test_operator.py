@@ -336,7 +336,60 @@ async def test_service_accounts_hold_only_what_they_need(
     assert run.out.strip() == ("yes" if allowed else "no"), run.err
 
 
-async def test_a_purged_batch_keeps_its_end_when_the_operator_resumes(
+async def completed_batch(
+    kube: Cluster,
+    namespace: str,
+    storage: Storage,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    name: str,
+) -> str:
+    """Apply a PdfBatch, run it to its end, and age its end past retention's settle time."""
+    _, path = await make_corpus(8, seed=13)
+    await storage.put(f"incoming/hr/{name}.zip", path.read_bytes())
+    await kube.apply(example(storage.url(f"incoming/hr/{name}.zip"), name), namespace=namespace)
+    await status_when(kube, namespace, name, accepted, "queued")
+    await run_worker()
+    done = await status_when(
+        kube, namespace, name, lambda s, _: s.get("phase") == "COMPLETED", "completed"
+    )
+    assert done["status"]["processed"] == 8
+    batch_id: str = done["status"]["batchId"]
+    return batch_id
+
+
+@asynccontextmanager
+async def eraser_of(
+    settings: Settings, redis: Redis, storage: Storage, batch_id: str
+) -> AsyncIterator[Eraser]:
+    """An Eraser, the batch's end aged a day (past the settle time of its last jobs)."""
+    pool = await connect(settings.database_url, max_size=2)
+    try:
+        await pool.execute(
+            "UPDATE pdfqueue_batches SET completed_at = now() - interval '1 day' WHERE id = $1",
+            batch_id,
+        )
+        lifecycle = lifecycle_over(pool, redis, settings)
+        yield Eraser(RetentionStore(pool, settings.users_table), lifecycle, storage, settings)
+    finally:
+        await pool.close()
+
+
+def trimmed(obj: dict[str, Any], phase: str, batch_id: str) -> None:
+    """The status of a removed batch: its phase and time, and nothing counted from files."""
+    status = obj["status"]
+    assert status["phase"] == phase
+    assert status["batchId"] == batch_id
+    assert not {"totalFiles", "processed", "linked", "failed", "ignored"} & set(status)
+    assert "kubectl delete" in status["message"]
+    removed = condition(obj, "Removed")
+    assert removed is not None
+    assert removed["status"] == "True"
+    assert removed["reason"] == phase.title()
+    assert removed["lastTransitionTime"] in status["message"]
+
+
+async def test_a_purged_batch_is_trimmed_not_run_again_when_the_operator_resumes(
     kube: Cluster,
     namespace: str,
     start_operator: StartOperator,
@@ -346,51 +399,56 @@ async def test_a_purged_batch_keeps_its_end_when_the_operator_resumes(
     redis: Redis,
     settings: Settings,
 ) -> None:
-    """Retention removes the batch's rows and its source under incoming/; the object keeps the
-    counters it showed. On resume the operator used to register it again: SourceNotFound for
-    ever, or a second run where the source still existed."""
-    _, path = await make_corpus(8, seed=13)
-    await storage.put("incoming/hr/purge-me.zip", path.read_bytes())
+    """Retention removes the batch's rows and its source under incoming/ while the operator
+    is down. On resume the operator used to register it again (SourceNotFound for ever, or a
+    second run where the source still existed); then it left the object's counters as they
+    were. Now the object says PURGED, with the audit time, and keeps no counters."""
     operator = await start_operator(namespace)
-    await kube.apply(
-        example(storage.url("incoming/hr/purge-me.zip"), "purge-me"), namespace=namespace
-    )
-    await status_when(kube, namespace, "purge-me", accepted, "queued")
-    await run_worker()
-    done = await status_when(
-        kube, namespace, "purge-me", lambda s, _: s.get("phase") == "COMPLETED", "completed"
-    )
-    batch_id = done["status"]["batchId"]
+    batch_id = await completed_batch(kube, namespace, storage, make_corpus, run_worker, "purge-me")
     await operator.stop()
 
-    pool = await connect(settings.database_url, max_size=2)
-    try:
-        await pool.execute(
-            "UPDATE pdfqueue_batches SET completed_at = now() - interval '1 day' WHERE id = $1",
-            batch_id,
-        )
-        lifecycle = lifecycle_over(pool, redis, settings)
-        eraser = Eraser(RetentionStore(pool, settings.users_table), lifecycle, storage, settings)
-        await eraser.purge(older_than_s=3600, tenant="hr")
-        assert (
-            await pool.fetchval("SELECT count(*) FROM pdfqueue_batches WHERE id = $1", batch_id)
-            == 0
-        )
-    finally:
-        await pool.close()
+    async with eraser_of(settings, redis, storage, batch_id) as eraser:
+        report = await eraser.purge(older_than_s=3600, tenant="hr")
+        assert report.removed.batches == 1
     assert not await storage.exists("incoming/hr/purge-me.zip")
 
     await start_operator(namespace)  # resumes every object it finds
-    await kube.apply(  # a new object: proof the operator is up and has reconciled since
+    kept = await status_when(
+        kube, namespace, "purge-me", lambda s, _: s.get("phase") == "PURGED", "trimmed"
+    )
+    trimmed(kept, "PURGED", batch_id)
+    await kube.apply(  # a new object: proof the operator has reconciled since
         example(storage.url("incoming/hr/purge-me.zip"), "after-purge"), namespace=namespace
     )
     await status_when(
         kube, namespace, "after-purge", lambda s, _: "SourceNotFound" in str(s), "reconciled"
     )
-    kept = await kube.get("pdfbatch", "purge-me", namespace)
-    assert kept is not None
-    assert kept["status"]["phase"] == "COMPLETED"
-    assert kept["status"]["processed"] == 8
+    assert await pool_free_batch(settings, batch_id)
+    table = (await kube.kubectl("get", "pdfbatches", "purge-me", "-n", namespace)).out
+    assert table.splitlines()[1].split()[1] == "PURGED"
+
+
+async def test_an_erased_batch_is_trimmed_by_the_running_operator(
+    kube: Cluster,
+    namespace: str,
+    start_operator: StartOperator,
+    make_corpus: MakeCorpus,
+    storage: Storage,
+    run_worker: RunWorker,
+    redis: Redis,
+    settings: Settings,
+) -> None:
+    """An erasure while the operator runs (the batch long untracked) trims the object from
+    the audit trail, and it is not run again when the operator next resumes."""
+    await start_operator(namespace)
+    batch_id = await completed_batch(kube, namespace, storage, make_corpus, run_worker, "erase-me")
+    async with eraser_of(settings, redis, storage, batch_id) as eraser:
+        erased = await eraser.erase_batch(batch_id, tenant="hr")
+        assert erased.done
+    kept = await status_when(
+        kube, namespace, "erase-me", lambda s, _: s.get("phase") == "ERASED", "trimmed"
+    )
+    trimmed(kept, "ERASED", batch_id)
     assert await pool_free_batch(settings, batch_id)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.browser import ROOT, DevTools
@@ -160,3 +161,66 @@ async def test_page_follows_an_upload_to_its_report(
     errors = [line for line in browser.console if "error" in line.lower()]
     assert [e for e in errors if not e.endswith("/favicon.ico")] == []
     assert re.fullmatch(r"[0-9a-f]{32}", batch_id)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.settings(job_timeout_s=1)  # its last jobs settle within seconds, not a minute
+async def test_page_erases_a_batch_behind_its_own_confirmation(
+    served: str,
+    served_app: FastAPI,
+    browser: DevTools,
+    make_corpus: MakeCorpus,
+) -> None:
+    """The batch view's Erase asks first (a step of the page, the safe answer focused, Escape
+    backs out), closes the batch's event stream, shows 202 as erasing and the end as erased.
+    An earlier attempt left the stream open: the server never ended it, and the API could not
+    shut down."""
+    _, path = await make_corpus(6, seed=43)
+    async with httpx.AsyncClient(base_url=served, headers=ACME) as http:
+        created = await http.post(
+            "/v1/batches", content=path.read_bytes(), headers={"Content-Type": "application/zip"}
+        )
+        batch_id = created.json()["batch_id"]
+        await browser.call("Page.navigate", url=f"{served}/")
+        await browser.wait_for("Page.loadEventFired")
+        await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
+        await browser.js(
+            f"history.pushState(null, '', '/batches/{batch_id}');"
+            "dispatchEvent(new PopStateEvent('popstate'))"
+        )
+        await until(browser, "document.getElementById('status').textContent === 'PENDING'")
+        feed = served_app.state.feed
+        await wait_until_async(lambda: batch_id in feed.watchers or None, "the page's stream")
+
+        await browser.js("document.getElementById('erase').click()")
+        assert await browser.js("document.getElementById('eraseConfirm').hidden") is False
+        assert await browser.js("document.activeElement.id") == "eraseNo"
+        assert await browser.js("document.getElementById('erase').ariaExpanded") == "true"
+        await browser.call(
+            "Input.dispatchKeyEvent",
+            type="keyDown",
+            key="Escape",
+            code="Escape",
+            windowsVirtualKeyCode=27,
+        )
+        assert await browser.js("document.getElementById('eraseConfirm').hidden") is True
+        assert await browser.js("document.activeElement.id") == "erase"
+        assert (await http.get(f"/v1/batches/{batch_id}")).status_code == 200  # nothing done
+
+        await browser.js("document.getElementById('erase').click()")
+        await browser.js("document.getElementById('eraseYes').click()")
+        await until(browser, "document.getElementById('status').textContent === 'ERASING'")
+        await wait_until_async(lambda: batch_id not in feed.watchers or None, "stream closed")
+        await until(  # the 202: hidden and cancelled, its last jobs given time
+            browser, "document.getElementById('rate').textContent.includes('about')"
+        )
+        assert (await http.get(f"/v1/batches/{batch_id}")).status_code == 404
+        await until(browser, "document.getElementById('status').textContent === 'ERASED'")
+        assert await browser.js("document.querySelectorAll('#files tbody tr').length") == 0
+        assert await browser.js("document.getElementById('erase').hidden") is True
+        gone = await http.delete(f"/v1/batches/{batch_id}", params={"erase": "true"})
+        assert gone.status_code == 404  # the page finished it: nothing left to erase
+
+    assert await browser.js("window.__violations") == []
+    errors = [line for line in browser.console if "error" in line.lower()]
+    assert [e for e in errors if not e.endswith("/favicon.ico")] == []

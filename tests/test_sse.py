@@ -138,3 +138,30 @@ async def test_streams_over_the_limit_get_503(
             assert refused.json() == {
                 "detail": "events is unavailable: too many open event streams"
             }
+
+
+@pytest.mark.timeout(120)
+# A slow feed: the erasure (cancel, then gone) happens between two reads, so the stream's
+# next read finds the batch gone rather than cancelled.
+@pytest.mark.settings(events_interval_s=1.0)
+async def test_the_stream_of_an_erased_batch_ends(
+    served: str, served_app: FastAPI, make_corpus: MakeCorpus
+) -> None:
+    """An erased batch reads as gone: its stream used to wait for a state that never came,
+    holding its slot, and the API's shutdown waited on it for ever."""
+    _, path = await make_corpus(4, seed=9)
+    async with httpx.AsyncClient(base_url=served, headers=ACME, timeout=60) as http:
+        created = await http.post(
+            "/v1/batches", content=path.read_bytes(), headers={"Content-Type": "application/zip"}
+        )
+        batch_id = created.json()["batch_id"]
+        async with http.stream("GET", f"/v1/batches/{batch_id}/events") as response:
+            lines = response.aiter_lines()
+            while await anext(lines) != "event: status":  # the first state is there
+                pass
+            erased = await http.delete(f"/v1/batches/{batch_id}", params={"erase": "true"})
+            assert erased.status_code == 202, erased.text
+            rest = [line async for line in lines]  # returns when the server ends the stream
+        assert "event: gone" in rest
+        assert "event: status" not in rest[rest.index("event: gone") :]
+    assert served_app.state.feed.watchers == {}

@@ -40,6 +40,10 @@ def encode(summary: BatchSummary) -> bytes:
     return f"id: {event_id(summary)}\nevent: status\ndata: {data}\n\n".encode()
 
 
+GONE = b"event: gone\ndata: {}\n\n"
+"""The last event of a batch that is no longer there (erased): the stream ends with it."""
+
+
 @dataclass(eq=False)
 class Subscriber:
     """One open stream of one tenant: the newest state of its batch, and a flag that it
@@ -48,9 +52,15 @@ class Subscriber:
     latest: BatchSummary
     tenant: str
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: bool = False
+    """The batch is no longer there (erased): the stream says so and ends."""
 
     def offer(self, summary: BatchSummary) -> None:
         self.latest = summary
+        self.changed.set()
+
+    def end(self) -> None:
+        self.gone = True
         self.changed.set()
 
 
@@ -121,7 +131,9 @@ class BatchFeed:
             if isinstance(result, BaseException):
                 log.warning("batch feed: reading %s failed: %r", batch_id, result)
                 continue
-            if result is None:
+            if result is None:  # erased: a stream left open would wait for ever
+                for subscriber in list(self.watchers.get(batch_id, ())):
+                    subscriber.end()
                 continue
             for subscriber in list(self.watchers.get(batch_id, ())):
                 if event_id(subscriber.latest) != event_id(result):
@@ -144,6 +156,9 @@ class BatchFeed:
                     yield b": keep-alive\n\n"
                     continue
                 subscriber.changed.clear()
+                if subscriber.gone:
+                    yield GONE
+                    return
                 summary = subscriber.latest
         finally:
             self.unsubscribe(subscriber)

@@ -169,8 +169,15 @@ class Eraser:
         return removed
 
     async def _delete_objects(self, object_keys: list[str]) -> Removed:
-        sizes = await asyncio.gather(*(self._delete(k) for k in object_keys))
-        found = [s for s in sizes if s is not None]
+        # Every deletion ends before the first error is raised: one left running would
+        # outlive the stores' close (and open a new connection pool as the process exits).
+        sizes = await asyncio.gather(
+            *(self._delete(k) for k in object_keys), return_exceptions=True
+        )
+        for failed in sizes:
+            if isinstance(failed, BaseException):
+                raise failed
+        found = [s for s in sizes if isinstance(s, int)]
         return Removed(objects=len(found), bytes=sum(found))
 
     async def _delete(self, key: str) -> int | None:

@@ -27,7 +27,7 @@ from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.logging import setup_logging
 from pdfqueue_operator.kube import always
-from pdfqueue_operator.model import PdfBatchObject
+from pdfqueue_operator.model import ObjectRef, PdfBatchObject
 from pdfqueue_operator.runtime import Operator
 from pdfqueue_operator.status import rejected
 from pdfqueue_operator.worker_scaler import Key, WorkerDeployment
@@ -41,6 +41,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     # kopf passes each index by its handler's name, as a keyword its ActivityFn type leaves open.
     worker_deployments: kopf.Index[Key, WorkerDeployment] = indices["worker_deployments"]
     hpa_targets: kopf.Index[Key, str] = indices["hpa_targets"]
+    shown_batches: kopf.Index[str, ObjectRef] = indices["shown_batches"]
     setup_logging()  # again for `kopf run -m`, whose own plain format is not redacted
     config = Settings()
     # Only worker Deployments are watched at all (server-side), not every Deployment.
@@ -60,6 +61,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
         identity=memo.get("identity"),
         stores=memo.pop("stores", None),
         client=memo.pop("kube", None),
+        shown=shown_batches,
     )
 
 
@@ -83,6 +85,15 @@ def hpa_targets(
     if namespace is None or target.get("kind") != "Deployment":  # HPAs are namespaced
         return None
     return {(namespace, target["name"]): name}
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def shown_batches(body: kopf.Body, **_: Any) -> dict[str, ObjectRef] | None:
+    """Batch id -> the object whose status shows it: whose status to trim once it is removed."""
+    shown = (body.get("status") or {}).get("batchId")
+    meta = body["metadata"]
+    ref = ObjectRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+    return {shown: ref} if isinstance(shown, str) and shown else None
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

@@ -8,7 +8,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.pdfbatch import BATCH_ID_ANNOTATION, DEFAULT_TENANT
 
 
@@ -46,6 +45,8 @@ class PdfBatchObject(BaseModel):
     conditions: list[dict[str, Any]] = Field(default_factory=list)
     phase: str | None = None
     """`.status.phase` as the operator last wrote it (None before its first status)."""
+    shown_id: str | None = None
+    """`.status.batchId`: the batch whose progress the operator wrote into this object."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PdfBatchObject:
@@ -57,12 +58,8 @@ class PdfBatchObject(BaseModel):
             spec=PdfBatchSpec.model_validate(dict(body.get("spec") or {})),
             conditions=list((body.get("status") or {}).get("conditions") or []),
             phase=(body.get("status") or {}).get("phase"),
+            shown_id=(body.get("status") or {}).get("batchId"),
         )
-
-    @property
-    def ended(self) -> bool:
-        """Its status shows an end the operator wrote (the status is not the user's to write)."""
-        return self.phase in {s.value for s in TERMINAL}
 
     @property
     def adopted_id(self) -> str | None:

@@ -19,10 +19,12 @@ from pdfqueue.domain.pdfbatch import DEFAULT_TENANT
 from pdfqueue.domain.settings import Settings, valid_tenant
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_operator.errors import BatchNotAdoptable, SourceNotAllowed, TenantNotAllowed
 from pdfqueue_operator.kube import Kube
 from pdfqueue_operator.model import ObjectRef, PdfBatchObject
+from pdfqueue_operator.removed import REMOVED_PHASES, trim
 from pdfqueue_operator.status import progress
 
 log = logging.getLogger(__name__)
@@ -77,14 +79,18 @@ class BatchReconciler:
         operator was down or its watch was late) gets the reference a retry tracks it again by
         (`Lifecycle.requeue`) like any other, instead of keeping its first end through a retry.
 
-        An object whose status shows an end and whose batch was purged or erased since is
-        left as it is.
+        An object whose status shows a batch that was purged or erased since gets the
+        trimmed status of a removed batch (removed.py), and is never registered again.
 
         Raises a PermanentError when the object is refused (ObjectNotFound: the ZIP is not
         there yet). A refused object queues nothing and touches no batch.
         """
-        if obj.ended and keys.is_batch_id(obj.batch_id) and await self.purged(obj.batch_id):
-            return
+        if obj.shown_id == obj.batch_id and keys.is_batch_id(obj.batch_id):
+            removal = await self.retention.removal(obj.batch_id)
+            if removal is not None:
+                if obj.phase not in REMOVED_PHASES:
+                    await trim(self.kube, obj.ref, removal)
+                return
         tenant = self.tenant_of(obj)
         key = self.storage.key_from_url(obj.spec.source)
         if obj.adopted_id is not None:
@@ -99,11 +105,12 @@ class BatchReconciler:
             await self._register(obj, batch_id, tenant, key)
         await self.redis.hset(self.tracking_key, batch_id, obj.ref.dumps())  # type: ignore[misc]
 
-    async def purged(self, batch_id: str) -> bool:
-        """The batch ran and is gone: retention purged it, or its tenant erased it. Its
-        object keeps the end it showed; registering it again would run the batch again from
-        a source that may be gone, or fail an object that succeeded."""
-        return await self.batches.get(batch_id) is None and await self.batches.was_removed(batch_id)
+    @property
+    def retention(self) -> RetentionStore:
+        """The audit trail: a batch it records as purged or erased ran and is gone, and
+        registering it again would run it again from a source that may be gone, or fail
+        an object that succeeded."""
+        return RetentionStore(self.batches.pool, self.settings.users_table)
 
     async def _register(self, obj: PdfBatchObject, batch_id: str, tenant: str, key: str) -> None:
         folder = f"{self.settings.operator_source_prefix}{tenant}/"

@@ -9,7 +9,7 @@ down. They run as leader tasks (leader_tasks.py), beside those other modules reg
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -19,6 +19,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.recovery import reconcile_running
 from pdfqueue.runtime.connections import OPERATOR, Stores
+from pdfqueue.stores.retention import RetentionStore
 from pdfqueue_operator import kube
 from pdfqueue_operator.kube import Kube, always
 from pdfqueue_operator.leader_tasks import (
@@ -28,7 +29,9 @@ from pdfqueue_operator.leader_tasks import (
     Running,
     operator_loop,
 )
+from pdfqueue_operator.model import ObjectRef
 from pdfqueue_operator.reconcile import BatchReconciler
+from pdfqueue_operator.removed import RemovedBatches
 from pdfqueue_operator.worker_scaler import Key, WorkerDeployment, WorkerScaler
 
 log = logging.getLogger(__name__)
@@ -58,9 +61,10 @@ class Operator:
         registry: LeaderTasks = LEADER_TASKS,
         stores: Stores | None = None,
         client: Kube | None = None,
+        shown: Mapping[str, Iterable[ObjectRef]] | None = None,
     ) -> Operator:
         """`stores` and `client` built beforehand (by a standby, while it waits) are taken
-        over and closed."""
+        over and closed. `shown`: batch id -> the objects whose status shows it (an index)."""
         stores = stores or await Stores.open(settings, OPERATOR)
         if client is None:
             client = kube.Kube(await kube.connect(settings.kubeconfig), leading, identity)
@@ -74,9 +78,15 @@ class Operator:
             own_namespace=kube.own_namespace(),
         )
         scaler = WorkerScaler(settings, stores.redis, client, deployments, hpas)
+        removed = await RemovedBatches.start(
+            RetentionStore(stores.pool, settings.users_table),
+            client,
+            {} if shown is None else shown,  # not `shown or {}`: an index empty now fills later
+        )
         loops = [
             operator_loop("autoscaler", settings.operator_scale_interval_s, scaler.tick),
             operator_loop("status", settings.operator_status_interval_s, reconciler.mirror),
+            operator_loop("removed", settings.operator_status_interval_s, removed.step),
             operator_loop(
                 "redis-rebuild", REBUILD_INTERVAL_S, partial(reconcile_running, stores.lifecycle)
             ),

@@ -11,7 +11,7 @@ const LABELS = {
   failed: "failed", ignored: "ignored (not a PDF)", retrying: "retrying", total_files: "files", processed: "processed",
 };
 const PAGE_SIZE = 50;
-const view = { id: null, summary: null, abort: null, poll: null, samples: [], offset: 0, total: 0, retry: false, filesAt: 0 };
+const view = { id: null, summary: null, abort: null, poll: null, samples: [], offset: 0, total: 0, retry: false, filesAt: 0, erasing: false };
 let advice = {};
 
 class ApiError extends Error {
@@ -167,7 +167,10 @@ function send(file) {
 
 // --- one batch ---------------------------------------------------------------------------------
 async function showBatch(id) {
-  view.id = id; view.summary = null; view.samples = []; view.offset = 0;
+  view.id = id; view.summary = null; view.samples = []; view.offset = 0; view.erasing = false;
+  askErase(false, false);
+  $("batchView").classList.remove("gone");
+  $("erase").hidden = false;
   $("batch").textContent = id;
   $("batchTitle").textContent = "Batch";
   $("status").textContent = "loading…";
@@ -181,6 +184,7 @@ async function showBatch(id) {
 }
 
 function render(s) {
+  if (view.erasing) return; // a state read before the erasure began
   const previous = view.summary;
   view.summary = s;
   if (s.file_name) { $("batchTitle").textContent = s.file_name; document.title = `${s.file_name} · pdfqueue`; }
@@ -269,6 +273,7 @@ async function follow(id, lastId, failures) {
         const event = parseEvent(buffer.slice(0, end));
         buffer = buffer.slice(end + 2);
         if (event.event === "status" && view.id === id) { lastId = event.id; render(JSON.parse(event.data)); failures = 0; }
+        if (event.event === "gone") { ctrl.abort(); if (view.id === id && !view.erasing) { hideBatch(); erased(); } return; }
       }
     }
   } catch (error) {
@@ -300,6 +305,52 @@ async function poll(id) {
   if (view.id === id && !TERMINAL.has(view.summary.status)) view.poll = setTimeout(() => poll(id), 1000);
 }
 
+// --- erasing the batch: a confirmation step of the page's own, then DELETE ?erase=true ------------
+function askErase(open, focus = true) {
+  $("eraseConfirm").hidden = !open;
+  $("erase").setAttribute("aria-expanded", String(open));
+  if (focus) (open ? $("eraseNo") : $("erase")).focus(); // the safe answer first
+}
+
+function hideBatch() {
+  view.erasing = true;
+  stopLive(); // the batch is (about to be) gone: its event stream would wait for ever
+  askErase(false, false);
+  $("batchView").classList.add("gone"); // the style hides the report and its actions
+  for (const a of ["cancel", "retry", "erase"]) $(a).hidden = true;
+  $("files").tBodies[0].replaceChildren();
+  $("counts").replaceChildren();
+  $("chart").replaceChildren();
+}
+
+async function erase(id) {
+  hideBatch();
+  $("status").textContent = "ERASING";
+  $("rate").textContent = "hidden and cancelled; the rest goes once its last jobs have ended";
+  try {
+    const response = await call(`v1/batches/${encodeURIComponent(id)}?erase=true`, { method: "DELETE" });
+    if (view.id !== id) return;
+    if (response.status === 202) {
+      const wait = Math.max(1, Number(response.headers.get("Retry-After")) || 5);
+      $("rate").textContent = `hidden and cancelled; the rest goes once its last jobs have ended (about ${wait} s)`;
+      view.poll = setTimeout(() => erase(id), wait * 1000);
+      return;
+    }
+    erased();
+  } catch (error) {
+    if (view.id !== id) return;
+    if (error instanceof ApiError && error.status === 404) erased(); // finished meanwhile (a purge)
+    else { $("rate").textContent = ""; fail(error); }
+  }
+}
+
+function erased() {
+  $("status").textContent = "ERASED";
+  $("rate").textContent = "its ZIP, report, stored PDFs and links are gone";
+  $("batchTitle").textContent = "Batch erased";
+  document.title = "Batch erased · pdfqueue";
+}
+
 // --- the per-file table, paged by the server ---------------------------------------------------
 async function loadFiles() {
   const id = view.id;
@@ -310,7 +361,7 @@ async function loadFiles() {
   if ($("fSearch").value.trim()) query.set("search", $("fSearch").value.trim());
   try {
     const page = await (await call(`v1/batches/${encodeURIComponent(id)}/files/page?${query}`)).json();
-    if (view.id !== id) return;
+    if (view.id !== id || view.erasing) return;
     view.total = page.total;
     $("files").tBodies[0].replaceChildren(...page.files.map(fileRow));
     reasons(page.reasons);
@@ -318,7 +369,7 @@ async function loadFiles() {
     $("pageInfo").textContent = page.total ? `Files ${page.offset + 1}–${last} of ${page.total}` : "No files match.";
     $("prev").disabled = page.offset === 0;
     $("next").disabled = last >= page.total;
-  } catch (error) { fail(error); }
+  } catch (error) { if (!view.erasing) fail(error); }
 }
 
 function fileRow(f) {
@@ -392,6 +443,10 @@ function wire() {
     if (!confirm("Cancel this batch? Files not processed yet are dropped.")) return;
     try { render(await (await call(`v1/batches/${encodeURIComponent(view.id)}`, { method: "DELETE" })).json()); } catch (error) { fail(error); }
   });
+  $("erase").addEventListener("click", () => askErase($("eraseConfirm").hidden));
+  $("eraseNo").addEventListener("click", () => askErase(false));
+  $("eraseYes").addEventListener("click", () => erase(view.id));
+  $("eraseConfirm").addEventListener("keydown", (e) => { if (e.key === "Escape") askErase(false); });
   $("retry").addEventListener("click", async () => {
     try {
       await call(`v1/batches/${encodeURIComponent(view.id)}/retry`, { method: "POST" });

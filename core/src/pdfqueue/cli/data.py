@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pdfqueue.cli.client import Client
-from pdfqueue.domain.errors import PdfQueueError
+from pdfqueue.domain.errors import InvalidDuration, PdfQueueError
 from pdfqueue.domain.settings import Settings
 
 console = Console(stderr=True)
@@ -44,7 +44,9 @@ def add_commands(
         epilog="example:\n  pdfqueue purge --older-than 90d --tenant acme --dry-run",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--older-than", metavar="DURATION", help="e.g. 30d, 12h, 0s (not retention)")
+    p.add_argument(
+        "--older-than", metavar="DURATION", type=duration, help="e.g. 30d, 12h, 0s (not retention)"
+    )
     p.add_argument("--tenant", help="only this tenant's batches")
     p.add_argument("--dry-run", action="store_true", help="count what would go; remove nothing")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -75,15 +77,23 @@ def add_commands(
         epilog="example:\n  pdfqueue audit --since 7d",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--since", metavar="DURATION", default="30d", help="default 30d")
+    p.add_argument("--since", metavar="DURATION", type=duration, default="30d", help="default 30d")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=cmd_audit)
 
 
-def cmd_purge(args: argparse.Namespace) -> int:
+def duration(text: str) -> float:
+    """Seconds of a DURATION option; a bad one is the parser's error, naming the option."""
     from pdfqueue.erasure import parse_duration
 
-    older = parse_duration(args.older_than) if args.older_than else None
+    try:
+        return parse_duration(text)
+    except InvalidDuration as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    older: float | None = args.older_than
     report = _with_eraser(
         lambda e: e.purge(older_than_s=older, tenant=args.tenant, dry_run=args.dry_run)
     )
@@ -158,9 +168,7 @@ def _erase_batch(client: Client, batch_id: str) -> dict[str, Any]:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from pdfqueue.erasure import parse_duration
-
-    since = datetime.fromtimestamp(time.time() - parse_duration(args.since), UTC)
+    since = datetime.fromtimestamp(time.time() - args.since, UTC)
     records = _with_eraser(lambda e: e.retention.audit_since(since))
     if args.json:
         print(json.dumps([{**asdict(r), "at": r.at.isoformat()} for r in records]))

@@ -187,15 +187,6 @@ class BatchStore:
         update = {**counts, "processed": sum(counts.values())}
         return replace(found, summary=found.summary.model_copy(update=update))
 
-    async def was_removed(self, batch_id: str) -> bool:
-        """Whether retention purged the batch or its tenant erased it (its audit record)."""
-        found: bool = await self.pool.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM pdfqueue_audit WHERE subject = $1"
-            " AND action IN ('purge', 'erase_batch'))",
-            batch_id,
-        )
-        return found
-
     async def start(self, batch_id: str, total_files: int, ignored: int) -> None:
         await self.pool.execute(
             "UPDATE pdfqueue_batches SET total_files = $2, ignored = $3,"

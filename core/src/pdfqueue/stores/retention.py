@@ -57,6 +57,16 @@ class AuditRecord:
     bytes: int
 
 
+@dataclass(frozen=True)
+class Removal:
+    """A batch's removal as the audit trail has it: which record, what, and when."""
+
+    id: int
+    batch_id: str
+    action: str
+    at: datetime
+
+
 @typed_methods(postgres_errors)
 @dataclass(frozen=True)
 class RetentionStore:
@@ -242,6 +252,28 @@ class RetentionStore:
         return status.rsplit(maxsplit=1)[-1] != "0"
 
     # --- the audit trail --------------------------------------------------------------------
+    async def removal(self, batch_id: str) -> Removal | None:
+        """The record of the batch's purge or erasure; None if it was never removed."""
+        row = await self.pool.fetchrow(
+            f"{_REMOVALS} AND subject = $1 ORDER BY id LIMIT 1", batch_id, list(BATCH_REMOVALS)
+        )
+        return _removal(row) if row is not None else None
+
+    async def removals_after(self, after_id: int, *, limit: int = 500) -> list[Removal]:
+        """The batch removals recorded after record `after_id`, oldest first."""
+        rows = await self.pool.fetch(
+            f"{_REMOVALS} AND id > $1 ORDER BY id LIMIT $3",
+            after_id,
+            list(BATCH_REMOVALS),
+            limit,
+        )
+        return [_removal(r) for r in rows]
+
+    async def last_audit_id(self) -> int:
+        """The newest audit record's id (0 when there is none): where to watch from."""
+        found: int = await self.pool.fetchval("SELECT coalesce(max(id), 0) FROM pdfqueue_audit")
+        return found
+
     async def audit(self, record: AuditRecord) -> None:
         async with self.pool.acquire() as conn:
             await _insert_audit(conn, record)
@@ -275,6 +307,10 @@ class RetentionStore:
         return key
 
 
+BATCH_REMOVALS = ("purge", "erase_batch")
+"""The audit actions that remove a batch (a person's erasure keeps its batches)."""
+_REMOVALS = "SELECT id, subject, action, at FROM pdfqueue_audit WHERE action = ANY($2::text[])"
+
 # $1 batches, $2 users, $3 objects (one entry per stored PDF): those whose object no row of
 # another batch links, with the user whose link points at it.
 _EXCLUSIVE = """
@@ -307,3 +343,7 @@ def _ended(row: asyncpg.Record) -> EndedBatch:
 
 def _stored(row: asyncpg.Record) -> StoredPdf:
     return StoredPdf(row["batch_id"], row["idx"], row["user_id"], row["object_key"])
+
+
+def _removal(row: asyncpg.Record) -> Removal:
+    return Removal(row["id"], row["subject"], row["action"], row["at"])
