@@ -35,7 +35,8 @@ import pytest
 import yaml
 
 from pdfqueue.domain.models import TERMINAL
-from pdfqueue_dev.processes import free_port, wait_until
+from pdfqueue_dev.processes import wait_until
+from pdfqueue_dev.realnode import CHART_IMAGES, chart_image_values, image_refs, node_env
 from pdfqueue_dev.samples import build_corpus, write_zip
 from tests.support.chartfix import CHART, HELM, KUBECTL, ROOT
 from tests.support.e2e.scenario import ClusterDriver, _seed, run_scenario
@@ -54,19 +55,7 @@ NODE_CANNOT = 3  # tools/kube.sh node-check: this machine cannot run containers
 
 
 def _node_env() -> dict[str, str]:
-    """Ports chosen once per node directory: etcd's data remembers its peer URL."""
-    NODE_DIR.mkdir(parents=True, exist_ok=True)
-    ports = NODE_DIR / "ports.json"
-    if not ports.exists():
-        ports.write_text(json.dumps({"etcd": free_port(), "kube": free_port()}))
-    chosen = json.loads(ports.read_text())
-    return {
-        **os.environ,
-        "PDFQUEUE_ETCD_PORT": str(chosen["etcd"]),
-        "PDFQUEUE_ETCD_PEER_PORT": str(chosen["etcd"] + 1),
-        "PDFQUEUE_KUBE_PORT": str(chosen["kube"]),
-        "PDFQUEUE_KUBE_TIMEOUT": "180",
-    }
+    return node_env(NODE_DIR)
 
 
 def _run(*argv: str | Path, timeout: float = 600, env: dict[str, str] | None = None) -> str:
@@ -210,30 +199,13 @@ class PodsDriver(ClusterDriver):
 
 def _image_values(images_sh: Path = IMAGES_SH) -> dict[str, Any]:
     """The chart's image values for the images `images_sh` builds (from its own checkout)."""
-    _run("bash", images_sh, "build", timeout=3600)  # cached: seconds when nothing changed
-    refs = dict(
-        line.split("=", 1) for line in _run("bash", images_sh, "refs").splitlines() if "=" in line
-    )
-
+    refs = image_refs(images_sh, _run)
     if images_sh != IMAGES_SH:  # the node imported this checkout's images only
         sock = NODE_DIR / "containerd/containerd.sock"
-        for name in ("API", "WORKER", "OPERATOR", "REDIS", "POSTGRES", "VERSITYGW", "CURL"):
+        for name in CHART_IMAGES.values():
             archive = _run("bash", images_sh, "archive", refs[name]).strip()
             _run("ctr", "--address", sock, "-n", "k8s.io", "images", "import", archive)
-
-    def image(name: str) -> dict[str, str]:
-        repository, tag = refs[name].rsplit(":", 1)
-        return {"repository": repository, "tag": tag, "pullPolicy": "Never"}
-
-    return {
-        "api": {"image": image("API")},
-        "worker": {"image": image("WORKER")},
-        "operator": {"image": image("OPERATOR")},
-        "redis": {"image": image("REDIS")},
-        "postgresql": {"image": image("POSTGRES")},
-        "s3": {"image": image("VERSITYGW")},
-        "tests": {"image": image("CURL")},
-    }
+    return chart_image_values(refs)
 
 
 @pytest.fixture(scope="module")

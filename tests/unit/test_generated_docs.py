@@ -51,7 +51,7 @@ def test_every_cited_result_file_is_committed_and_every_committed_one_cited() ->
     """bench/results/ is ignored for new runs; a result a page cites is added with -f."""
     cited: set[str] = set()
     for page in [ROOT / "README.md", *ROOT.glob("docs/**/*.md")]:
-        cited |= set(re.findall(r"bench/results/([\w.-]+\.json)", page.read_text()))
+        cited |= set(re.findall(r"bench/results/([\w.-]+\.(?:json|png))", page.read_text()))
     tracked = subprocess.run(
         ["git", "ls-files", "bench/results"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
