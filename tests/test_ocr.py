@@ -189,6 +189,24 @@ def test_a_page_without_an_address_in_its_bands_is_read_whole() -> None:
     assert ADDRESS in {c.address for c in page_candidates(text, 0, source=Source.OCR)}
 
 
+def test_a_scan_a_few_pixels_high_is_read_without_an_empty_band() -> None:
+    """A 15 % band of a 3-pixel image would have no rows, which Tesseract refuses."""
+    from fpdf import FPDF
+    from PIL import Image
+
+    pdf = FPDF(format="A4")
+    pdf.add_page()
+    pdf.image(Image.new("L", (40, 3), 0), x=0, y=0, w=210, h=297)
+    document = pdfium.PdfDocument(bytes(pdf.output()))
+    page = document[0]
+    try:
+        text, band = ocr.read(page, None, ocr.REGION_FIRST)
+    finally:
+        page.close()
+        document.close()
+    assert (text.strip(), band) == ("", None)
+
+
 def test_an_address_in_a_scans_footer_is_read_from_the_bottom_band() -> None:
     pdf = fpdf_doc(["Grace Hopper", "Berlin"], footer=f"Grace Hopper - {ADDRESS} - page 1")
     document = pdfium.PdfDocument(scan(pdf, ScanStyle(), random.Random(6)))

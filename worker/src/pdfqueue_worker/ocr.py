@@ -166,10 +166,12 @@ def _recognize(api: Any, image: Image, psm: int) -> str:
 def _band(image: Image, top: float, bottom: float, dpi: float, band_dpi: int) -> Image:
     """Rows `top` to `bottom` (fractions of the height) of `image`, at most `band_dpi`:
     cut first, so only the band is scaled (Tesseract's own SetRectangle on the whole image
-    read a fraction of the band's lines when tried)."""
+    read a fraction of the band's lines when tried). At least one row: Tesseract refuses an
+    empty image."""
     if (top, bottom) == (0.0, 1.0) and dpi <= band_dpi:
         return image
-    band = image.crop((0, round(top * image.height), image.width, round(bottom * image.height)))
+    first = min(round(top * image.height), image.height - 1)
+    band = image.crop((0, first, image.width, max(round(bottom * image.height), first + 1)))
     if dpi <= band_dpi:
         return band
     factor = band_dpi / dpi
