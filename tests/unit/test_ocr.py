@@ -10,12 +10,12 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pytest
 
-from bench.labelled import ScanStyle, broken_pdf, fpdf_doc, layer_pdf, scan
+from bench.labelled import ScanStyle, broken_pdf, cached, fpdf_doc, layer_pdf, scan
 from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_worker import ocr
 from pdfqueue_worker.archive import Member
-from pdfqueue_worker.candidates import Source
+from pdfqueue_worker.candidates import Source, page_candidates
 from pdfqueue_worker.extractor import Extractor, Unreadable
 from pdfqueue_worker.parse import read_pdf, read_pdf_pypdf
 from tests.unit.test_extract import zip_items
@@ -143,6 +143,82 @@ def test_the_text_pass_hands_over_at_the_first_page_without_text() -> None:
 )
 def test_unusable_text_layers(text: str, unusable: bool) -> None:
     assert ocr.unusable(text) is unusable
+
+
+@pytest.mark.timeout(900)
+def test_the_region_first_read_finds_the_whole_pages_addresses_on_the_labelled_scans() -> None:
+    """On every scan of the labelled corpus (tests/test_labelled_corpus.py's), the users'
+    addresses read from the first band with a candidate are those of the whole page, and
+    the bands were enough (no scan fell back to the whole page)."""
+    users, files = cached(20, 8, seed=14)
+    known = {u.email for u in users}
+    differ, whole_page = [], []
+    for label, data in files:
+        if label.layer != "scan":
+            continue
+        document = pdfium.PdfDocument(data)
+        page = document[0]
+        try:
+            region, band = ocr.read(page, None, ocr.REGION_FIRST)
+            whole, _ = ocr.read(page, None, ocr.WHOLE_PAGE)
+        finally:
+            page.close()
+            document.close()
+        if band is None:
+            whole_page.append(label.name)
+        if (addresses := _addresses(region, known)) != _addresses(whole, known):
+            differ.append((label.name, addresses, _addresses(whole, known)))
+    assert differ == []
+    assert whole_page == []
+
+
+def _addresses(text: str, known: set[str]) -> set[str]:
+    return {c.address for c in page_candidates(text, 0, source=Source.OCR)} & known
+
+
+def test_a_page_without_an_address_in_its_bands_is_read_whole() -> None:
+    """An address in the middle of the page, outside both bands: the whole page is read."""
+    middle = ["Grace Hopper", *["Experience at a firm"] * 18, f"Write to {ADDRESS}"]
+    document = pdfium.PdfDocument(scan(fpdf_doc(middle), ScanStyle(), random.Random(5)))
+    page = document[0]
+    try:
+        text, band = ocr.read(page, None, ocr.REGION_FIRST)
+    finally:
+        page.close()
+        document.close()
+    assert band is None
+    assert ADDRESS in {c.address for c in page_candidates(text, 0, source=Source.OCR)}
+
+
+def test_a_scan_a_few_pixels_high_is_read_without_an_empty_band() -> None:
+    """A 15 % band of a 3-pixel image would have no rows, which Tesseract refuses."""
+    from fpdf import FPDF
+    from PIL import Image
+
+    pdf = FPDF(format="A4")
+    pdf.add_page()
+    pdf.image(Image.new("L", (40, 3), 0), x=0, y=0, w=210, h=297)
+    document = pdfium.PdfDocument(bytes(pdf.output()))
+    page = document[0]
+    try:
+        text, band = ocr.read(page, None, ocr.REGION_FIRST)
+    finally:
+        page.close()
+        document.close()
+    assert (text.strip(), band) == ("", None)
+
+
+def test_an_address_in_a_scans_footer_is_read_from_the_bottom_band() -> None:
+    pdf = fpdf_doc(["Grace Hopper", "Berlin"], footer=f"Grace Hopper - {ADDRESS} - page 1")
+    document = pdfium.PdfDocument(scan(pdf, ScanStyle(), random.Random(6)))
+    page = document[0]
+    try:
+        text, band = ocr.read(page, None, ocr.REGION_FIRST)
+    finally:
+        page.close()
+        document.close()
+    assert band == 1
+    assert ADDRESS in {c.address for c in page_candidates(text, 0, source=Source.OCR)}
 
 
 def test_a_one_image_page_is_read_from_its_image_and_a_turned_one_rendered() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from pdfqueue.domain.errors import PermanentError
+from pdfqueue_worker.candidates import Source, page_candidates
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -28,6 +30,10 @@ TESSDATA_DIRS = (
     "/usr/share/tessdata",
 )
 """Where Debian's tesseract-ocr-eng (and other distributions) put the language data."""
+PSM_AUTO = 3
+"""Tesseract's page segmentation with column and block detection (its default)."""
+PSM_SINGLE_BLOCK = 6
+"""One block of text: no column detection, enough for a band across the page."""
 _UNUSABLE = 0.5
 """A page whose text is more than half unknown glyphs (U+FFFD, private use, `(cid:N)`)
 has no usable text layer."""
@@ -36,11 +42,37 @@ _UNKNOWN = re.compile(r"[\ufffd\ue000-\uf8ff]|\(cid:\d+\)")
 """A glyph without Unicode meaning: U+FFFD, private use, or pdfminer-style `(cid:N)`."""
 _GLYPH = re.compile("[\ufffd\ue000-\uf8ff]")
 _SPACE = re.compile(r"\s")
-_api: Any = None
+_engines: dict[bool, Any] = {}
 
 
 class OcrUnavailable(PermanentError):
     """Tesseract or its English data is not installed: the file `needs_ocr`."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a page is read: bands where contact details sit first, then the whole page."""
+
+    bands: tuple[tuple[float, float], ...] = ((0.0, 0.15), (0.9, 1.0))
+    """Top and bottom of each band, as fractions of the page's height, read in turn; the
+    first with a candidate ends the read. None has one: the whole page."""
+    band_dpi: int = OCR_DPI
+    """Resolution of a band's read, at most (at 200 DPI a dot in a turned scan's address
+    went missing)."""
+    band_psm: int = PSM_SINGLE_BLOCK
+    page_dpi: int = OCR_DPI
+    """Resolution of the whole page's read."""
+    dictionaries: bool = True
+    """Tesseract's word lists (a second engine without them, for `bench/scans.py`)."""
+    invert: bool = False
+    """Tesseract's second read of every doubtful line as white on black (its default): scans
+    of résumés are dark on light, and it costs a tenth of a page."""
+
+
+REGION_FIRST = Plan()
+"""The worker's read (`bench/scans.py` measures it against WHOLE_PAGE)."""
+WHOLE_PAGE = Plan(bands=(), invert=True)
+"""The whole page at Tesseract's defaults, as every page was read before the bands."""
 
 
 def unusable(text: str) -> bool:
@@ -67,10 +99,10 @@ def tessdata(configured: str | None = None) -> str | None:
     return None
 
 
-def _engine(configured: str | None = None) -> Any:
+def _engine(configured: str | None = None, dictionaries: bool = True) -> Any:
     """This process's Tesseract, started once (loading the model costs ~0.3 s)."""
-    global _api  # noqa: PLW0603 (one engine per parsing process, reused across pages)
-    if _api is None:
+    api = _engines.get(dictionaries)
+    if api is None:  # one engine per parsing process, reused across pages
         folder = tessdata(configured)
         if folder is None:
             raise OcrUnavailable("no eng.traineddata")
@@ -78,11 +110,15 @@ def _engine(configured: str | None = None) -> Any:
             import tesserocr
         except ImportError as exc:
             raise OcrUnavailable("tesserocr is not installed") from exc
+        off = {} if dictionaries else {"load_system_dawg": "0", "load_freq_dawg": "0"}
         try:
-            _api = tesserocr.PyTessBaseAPI(path=folder, lang="eng", psm=tesserocr.PSM.AUTO)
+            api = tesserocr.PyTessBaseAPI(
+                path=folder, lang="eng", psm=tesserocr.PSM.AUTO, variables=off
+            )
         except RuntimeError as exc:
             raise OcrUnavailable(str(exc)) from exc
-    return _api
+        _engines[dictionaries] = api
+    return api
 
 
 def available(configured: str | None = None) -> bool:
@@ -94,16 +130,52 @@ def available(configured: str | None = None) -> bool:
     return True
 
 
-def read_page(page: pdfium.PdfPage, configured: str | None = None) -> str:
+def read_page(
+    page: pdfium.PdfPage, configured: str | None = None, plan: Plan = REGION_FIRST
+) -> str:
     """The page's text as Tesseract reads it (`configured`: the language data folder)."""
-    api = _engine(configured)
+    return read(page, configured, plan)[0]
+
+
+def read(page: pdfium.PdfPage, configured: str | None, plan: Plan) -> tuple[str, int | None]:
+    """The text of the first of `plan`'s bands with a candidate address and that band's
+    number, else the whole page's text and None."""
+    api = _engine(configured, plan.dictionaries)
     image = page_image(page)
     try:
+        api.SetVariable("tessedit_do_invert", "1" if plan.invert else "0")
+        dpi = image.width / max(page.get_width() / 72, 1e-6)
+        for number, (top, bottom) in enumerate(plan.bands):
+            text = _recognize(api, _band(image, top, bottom, dpi, plan.band_dpi), plan.band_psm)
+            if page_candidates(text, 0, source=Source.OCR):
+                return text, number
+        return _recognize(api, _band(image, 0.0, 1.0, dpi, plan.page_dpi), PSM_AUTO), None
+    finally:
+        image.close()
+
+
+def _recognize(api: Any, image: Image, psm: int) -> str:
+    try:
+        api.SetPageSegMode(psm)
         api.SetImage(image)
         return str(api.GetUTF8Text())
     finally:
         api.Clear()
-        image.close()
+
+
+def _band(image: Image, top: float, bottom: float, dpi: float, band_dpi: int) -> Image:
+    """Rows `top` to `bottom` (fractions of the height) of `image`, at most `band_dpi`:
+    cut first, so only the band is scaled (Tesseract's own SetRectangle on the whole image
+    read a fraction of the band's lines when tried). At least one row: Tesseract refuses an
+    empty image."""
+    if (top, bottom) == (0.0, 1.0) and dpi <= band_dpi:
+        return image
+    first = min(round(top * image.height), image.height - 1)
+    band = image.crop((0, first, image.width, max(round(bottom * image.height), first + 1)))
+    if dpi <= band_dpi:
+        return band
+    factor = band_dpi / dpi
+    return band.resize((max(1, round(band.width * factor)), max(1, round(band.height * factor))))
 
 
 def page_image(page: pdfium.PdfPage) -> Image:
