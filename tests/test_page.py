@@ -189,7 +189,7 @@ async def test_page_erases_a_batch_behind_its_own_confirmation(
             "dispatchEvent(new PopStateEvent('popstate'))"
         )
         await until(browser, "document.getElementById('status').textContent === 'PENDING'")
-        feed = served_app.state.feed
+        feed = served_app.state.runtime.feed
         await wait_until_async(lambda: batch_id in feed.watchers or None, "the page's stream")
 
         await browser.js("document.getElementById('erase').click()")

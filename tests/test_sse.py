@@ -164,4 +164,4 @@ async def test_the_stream_of_an_erased_batch_ends(
             rest = [line async for line in lines]  # returns when the server ends the stream
         assert "event: gone" in rest
         assert "event: status" not in rest[rest.index("event: gone") :]
-    assert served_app.state.feed.watchers == {}
+    assert served_app.state.runtime.feed.watchers == {}
