@@ -251,3 +251,30 @@ def ratio_lines(rows: list[dict[str, Any]], upload: dict[str, Any] | None) -> st
             f"[{'MET' if upload['met'] else 'MISSED'}]"
         )
     return "\n".join(lines)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The docs' table of one `bench.run` result: per corpus, the median over its rounds of
+    the peer and of pdfqueue, and the paired ratio (`python -m bench.report FILE`)."""
+    rows = [
+        "| corpus | parse ms/PDF | peer linked/s (failed, missed) | pdfqueue linked/s (failed) "
+        "| goodput ratio, median (rounds) | CPU ms per linked PDF, pdfqueue / peer |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results["ratios"]:
+        if "goodput_ratio" not in r:
+            continue
+        cost = results.get("parse_cost", {}).get(r["density"], {}).get("median_ms", "")
+        rounds = ", ".join(f"{x:.2f}" for x in r.get("goodput_ratio_rounds", [r["goodput_ratio"]]))
+        rows.append(
+            f"| {r['density']} | {cost} | {r['peer_goodput']:.1f} "
+            f"({r['peer_failed_on_clean']}, {r['peer_missed_on_clean']}) "
+            f"| {r['goodput']:.1f} ({r['failed_on_clean']}) "
+            f"| **{r['goodput_ratio']:.2f}x** ({rounds}) "
+            f"| {r['cpu_ms_per_linked']} / {r['peer_cpu_ms_per_linked']} |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown(json.loads(Path(sys.argv[1]).read_text())))
