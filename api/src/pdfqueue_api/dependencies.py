@@ -9,7 +9,7 @@ from fastapi import Depends, Path, Request
 from pdfqueue.domain.keys import BATCH_ID_PATTERN
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import Stores
-from pdfqueue_api.events import BatchFeed
+from pdfqueue_api.batch_feed import BatchFeed
 from pdfqueue_api.runtime import ApiRuntime
 from pdfqueue_api.service import BatchService
 

@@ -10,7 +10,7 @@ from pdfqueue.runtime.connections import API, Stores
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.stores.queue import check_durability
-from pdfqueue_api.events import BatchFeed
+from pdfqueue_api.batch_feed import BatchFeed
 from pdfqueue_api.kube import PdfBatchPublisher
 from pdfqueue_api.service import BatchService
 

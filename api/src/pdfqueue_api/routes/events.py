@@ -7,8 +7,8 @@ from fastapi.responses import Response
 
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue_api.auth import Tenant
+from pdfqueue_api.batch_feed import MAX_EVENT_ID, EventStream, event_id
 from pdfqueue_api.dependencies import BatchId, Feed, Service
-from pdfqueue_api.events import MAX_EVENT_ID, EventStream, event_id
 from pdfqueue_api.problems import errors
 
 router = APIRouter()
