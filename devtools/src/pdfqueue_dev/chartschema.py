@@ -49,7 +49,7 @@ def install_tool() -> Path:
     """The pinned readme-generator, installed with `npm ci` into devtools/chart/node_modules."""
     lock = TOOL_DIR / "package-lock.json"
     installed_lock = TOOL_DIR / "node_modules/.package-lock.json"
-    if TOOL.exists() and installed_lock.stat().st_mtime >= lock.stat().st_mtime:
+    if installed_lock.exists() and installed_lock.stat().st_mtime >= lock.stat().st_mtime:
         return TOOL
     npm = shutil.which("npm")
     if npm is None:
