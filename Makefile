@@ -40,9 +40,18 @@ help:
 	@echo "make bench  - throughput and memory benchmarks against the seed peer, on services of"
 	@echo "              their own (BENCH=mission|load|... runs another of bench/'s programs)"
 
+# The chart's values.schema.json and values table are written by readme-generator-for-helm (an
+# npm package, pinned in devtools/chart/package-lock.json), installed into the git-ignored
+# devtools/chart/node_modules again whenever the lock file changes.
+CHART_TOOL := devtools/chart/node_modules/.package-lock.json
+$(CHART_TOOL): devtools/chart/package-lock.json
+	bash tools/services.sh node >/dev/null
+	cd devtools/chart && npm ci --no-audit --no-fund --silent
+	touch $@
+
 # deps compiles the environment's bytecode once, as the images do: where PYTHONDONTWRITEBYTECODE
 # is set, every process (API, workers, each parsing pool) compiled its imports from source again.
-deps:  ## uv and the locked Python environment
+deps: $(CHART_TOOL)  ## uv, the locked Python environment and the chart's schema tool
 	@command -v uv >/dev/null || [ -x "$(UV)" ] || python3 -m pip install --quiet --user uv \
 	  || python3 -m pip install --quiet --break-system-packages uv
 	UV_COMPILE_BYTECODE=1 $(UV) sync --frozen --quiet
@@ -64,6 +73,7 @@ test: deps tools
 	bash tools/services.sh tesseract
 	bash tools/services.sh prometheus >/dev/null
 	bash tools/services.sh chromium >/dev/null
+	bash tools/services.sh node >/dev/null
 	bash tools/services.sh start $(STATE)
 	eval "$$(bash tools/services.sh env $(STATE))"; \
 	rc=0; $(UV) run pytest $(PYTEST_ARGS) || rc=$$?; \
@@ -81,8 +91,11 @@ lint: deps
 docs:  ## the docs site into site/ (git-ignored); --strict fails on a dead link or a page not in nav
 	$(UV) run mkdocs build --strict --quiet
 
-docs-refs:  ## the generated reference pages of docs/; tests/unit/test_generated_docs.py checks them
+# docs-refs also writes charts/pdfqueue/values.schema.json and the chart values table from the
+# annotations of values.yaml (pdfqueue_dev.chartschema).
+docs-refs: deps  ## the generated reference pages of docs/; tests/unit/test_generated_docs.py checks them
 	$(UV) run python -m pdfqueue_dev.refdocs
+	$(UV) run python -m pdfqueue_dev.chartschema
 
 demo: deps
 	export $(DEMO_PORTS); \

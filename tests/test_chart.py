@@ -95,7 +95,8 @@ def _value_paths(node: Any, prefix: str = "") -> list[str]:
 
 
 def test_every_value_is_commented_with_its_own_name() -> None:
-    """`# key ...` (or `# parent.key ...`) right above every key the chart owns."""
+    """`## @param parent.key ...` (an object the chart owns: `## @extra parent.key ...`) right
+    above every key the chart owns: the annotations the schema and the values table come from."""
     lines = (CHART / "values.yaml").read_text().splitlines()
     stack: list[tuple[int, str]] = []
     missing = []
@@ -109,13 +110,7 @@ def test_every_value_is_commented_with_its_own_name() -> None:
         path = ".".join([k for _, k in stack] + [key])
         if not any(k in PASSTHROUGH for _, k in stack):
             above = lines[i - 1].strip() if i else ""
-            j = i - 1  # a multi-line comment: find its first line
-            while (
-                j > 0 and lines[j - 1].strip().startswith("#") and lines[j].strip().startswith("#")
-            ):
-                j -= 1
-            first = lines[j].strip() if above.startswith("#") else ""
-            if not re.match(rf"# ({re.escape(path)}|{re.escape(key)})\b", first):
+            if not re.match(rf"## @(param|extra) {re.escape(path)}( |$)", above):
                 missing.append(path)
         stack.append((indent, key))
     assert missing == []

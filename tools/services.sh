@@ -15,6 +15,8 @@
 #                                           libreoffice corpus); print the soffice path
 #   tools/services.sh ghostscript           install Ghostscript (the bench's ghostscript
 #                                           corpus); print the ps2pdf path
+#   tools/services.sh node                  install Node.js and npm (the chart's schema tool);
+#                                           print the npm path
 #
 # Ports (env overrides): PDFQUEUE_REDIS_PORT=16379 PDFQUEUE_PG_PORT=15432
 # PDFQUEUE_S3_PORT=17070.  Wait timeout per service: PDFQUEUE_SERVICES_TIMEOUT=60 (s).
@@ -37,7 +39,7 @@ die() { echo "services: ERROR: $*" >&2; exit 1; }
 say() { echo "services: $*" >&2; }
 
 usage() {
-  echo "usage: $0 start DIR [--no-s3] | stop DIR | destroy DIR | env DIR | prometheus | redis | chromium | tesseract | libreoffice | ghostscript" >&2
+  echo "usage: $0 start DIR [--no-s3] | stop DIR | destroy DIR | env DIR | prometheus | redis | chromium | tesseract | libreoffice | ghostscript | node" >&2
   exit 2
 }
 
@@ -327,6 +329,13 @@ ghostscript_install() {
   command -v ps2pdf
 }
 
+# Node.js and npm for readme-generator-for-helm, which writes the chart's values.schema.json and
+# values table (pdfqueue_dev.chartschema; `make deps` installs the tool itself with npm ci).
+node_install() {
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+  command -v npm
+}
+
 # ---------------------------------------------------------------------------
 cmd="${1:-}"; [ $# -gt 0 ] && shift || usage
 if [ "$cmd" = prometheus ]; then prometheus_install; exit 0; fi
@@ -335,6 +344,7 @@ if [ "$cmd" = chromium ]; then chromium_install; exit 0; fi
 if [ "$cmd" = tesseract ]; then tesseract_install; exit 0; fi
 if [ "$cmd" = libreoffice ]; then libreoffice_install; exit 0; fi
 if [ "$cmd" = ghostscript ]; then ghostscript_install; exit 0; fi
+if [ "$cmd" = node ]; then node_install; exit 0; fi
 DIR=""; WITH_S3=1; ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pdfqueue_dev import refdocs
+from pdfqueue_dev import chartschema, refdocs
+from tests.support.tools import installed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,6 +30,74 @@ def test_a_stale_page_is_noticed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert page.read_text() != refdocs.settings_page()
     refdocs.main()
     assert page.read_text() == refdocs.settings_page()
+
+
+@pytest.fixture(scope="module")
+def chart_outputs() -> dict[Path, str]:
+    """What `make docs-refs` writes for the chart now (readme-generator runs on Node.js)."""
+    installed("npm", "node")
+    return chartschema.render()
+
+
+def test_chart_schema_and_values_table_are_current(chart_outputs: dict[Path, str]) -> None:
+    assert set(chart_outputs) == {chartschema.SCHEMA, chartschema.TABLE_PAGE}
+    for path, text in chart_outputs.items():
+        stale = f"{path.relative_to(ROOT)} is stale: run `make docs-refs`"
+        assert path.read_text() == text, stale
+
+
+def test_an_edited_annotation_makes_the_schema_and_the_table_stale(
+    tmp_path: Path, chart_outputs: dict[Path, str]
+) -> None:
+    """The check above compares with what the annotations give, not with the committed files."""
+    values = tmp_path / "values.yaml"
+    edited = chartschema.VALUES.read_text().replace(
+        "## @param config.maxTries is PDFQUEUE_MAX_TRIES,", "## @param config.maxTries is the"
+    )
+    assert edited != chartschema.VALUES.read_text()
+    values.write_text(edited)
+    for path, text in chartschema.render(values=values).items():
+        assert text != chart_outputs[path], path
+        assert "is the tries of one PDF" in text, path
+
+
+def test_a_value_without_an_annotation_fails_the_generation(tmp_path: Path) -> None:
+    installed("npm", "node")
+    values = tmp_path / "values.yaml"
+    text = chartschema.VALUES.read_text()
+    values.write_text(text.replace("\nconfig:\n", "\nconfig:\n  unannotated: 1\n", 1))
+    with pytest.raises(
+        chartschema.ChartSchemaError, match=r"Missing metadata for key: config\.unannotated"
+    ):
+        chartschema.render(values=values)
+
+
+def test_a_constraint_on_a_value_values_yaml_lacks_fails_the_merge() -> None:
+    tool_schema = {"type": "object", "properties": {"config": {"type": "object", "properties": {}}}}
+    constraints = {"root": {"$schema": "x"}, "values": {"config.maxTrys": {"minimum": 1}}}
+    with pytest.raises(chartschema.ChartSchemaError, match=r"config\.maxTrys: values\.yaml has no"):
+        chartschema.merge(tool_schema, "config: {}\n", constraints)
+
+
+def test_objects_the_chart_owns_are_closed_and_maps_of_chosen_keys_stay_open() -> None:
+    """An object listing properties refuses others; a map (labels, tenants) keeps its own rule."""
+    tool_schema = {
+        "type": "object",
+        "properties": {
+            "owned": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+            "labels": {"type": "object"},
+            "tenants": {"type": "object"},
+        },
+    }
+    constraints = {
+        "root": {"$schema": "x"},
+        "values": {"tenants": {"additionalProperties": {"type": "integer"}}},
+    }
+    schema = chartschema.merge(tool_schema, "owned: {enabled: true}\n", constraints)
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["owned"]["additionalProperties"] is False
+    assert "additionalProperties" not in schema["properties"]["labels"]
+    assert schema["properties"]["tenants"]["additionalProperties"] == {"type": "integer"}
 
 
 def _relative_links(path: Path) -> list[str]:

@@ -1,7 +1,8 @@
-"""Writes the reference pages of docs/ from the code: settings, CLI, metrics, reasons, chart values.
+"""Writes the reference pages of docs/ from the code: settings, CLI, metrics, outcomes and reasons.
 
 Run `uv run python -m pdfqueue_dev.refdocs` (or `make docs-refs`) after changing any of them;
-`tests/unit/test_generated_docs.py` fails while a page is stale.
+`tests/unit/test_generated_docs.py` fails while a page is stale. The chart's values table and
+schema come from values.yaml's annotations instead: see `pdfqueue_dev.chartschema`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import yaml
 from prometheus_client import Counter, Gauge, Histogram
 
 from pdfqueue.cli.main import EXIT_CODES, build_parser
@@ -29,7 +28,6 @@ from pdfqueue.observability import metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMAND = "uv run python -m pdfqueue_dev.refdocs"
-VALUES = ROOT / "charts/pdfqueue/values.yaml"
 
 SKIP_REASONS = {
     Outcome.SKIPPED_NO_MATCH: ("no_email", "no_user", "needs_ocr"),
@@ -281,66 +279,8 @@ def outcomes_page() -> str:
     return "\n".join(out) + "\n"
 
 
-# --- chart values ---------------------------------------------------------------------------
-
-
-def _value_comments(text: str) -> Iterator[tuple[str, str]]:
-    """(dotted key, comment) for every key whose comment starts with its own (dotted) name."""
-    path: list[tuple[int, str]] = []
-    comment: list[str] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            comment.append(stripped.lstrip("#").strip())
-            continue
-        key = re.match(r"^(\s*)([A-Za-z0-9_.-]+|\"[^\"]+\"):", line)
-        if not key or stripped.startswith("-"):
-            comment = []
-            continue
-        indent, name = len(key.group(1)), key.group(2).strip('"')
-        while path and path[-1][0] >= indent:
-            path.pop()
-        path.append((indent, name))
-        dotted = ".".join(p for _, p in path)
-        words = " ".join(comment)
-        if words.split(" ", 1)[0] in {dotted, name}:  # tests/test_chart.py allows either
-            yield dotted, words.split(" ", 1)[1] if " " in words else ""
-        comment = []
-
-
-def _lookup(values: dict[str, Any], dotted: str) -> Any:
-    node: Any = values
-    for part in dotted.split("."):
-        node = node[part]
-    return node
-
-
-def _value_text(value: Any) -> str:
-    if isinstance(value, dict) and value:
-        return "(map)"
-    text = json.dumps(value, ensure_ascii=False)
-    return f"`{text}`"
-
-
-def chart_page() -> str:
-    text = VALUES.read_text()
-    values = yaml.safe_load(text)
-    out = [
-        header("Chart values", "the comments of `charts/pdfqueue/values.yaml`"),
-        "Each value's comment in `values.yaml` starts with its own name; this table is"
-        " built from those comments. `values.schema.json` checks every key (types, patterns,"
-        " ranges) and refuses unknown ones.\n",
-        "| value | default | meaning |",
-        "|---|---|---|",
-    ]
-    for dotted, words in _value_comments(text):
-        out.append(f"| `{dotted}` | {cell(_value_text(_lookup(values, dotted)))} | {cell(words)} |")
-    return "\n".join(out) + "\n"
-
-
 PAGES: dict[str, Callable[[], str]] = {
     "docs/operations/settings.md": settings_page,
-    "docs/operations/chart-values.md": chart_page,
     "docs/operations/metrics.md": metrics_page,
     "docs/user-guide/cli-reference.md": cli_page,
     "docs/user-guide/outcomes.md": outcomes_page,
