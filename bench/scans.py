@@ -42,7 +42,7 @@ from bench.labelled import SCAN_STYLES, ScanStyle, cached, scan
 from bench.pipeline import Bench, Deployment, arq_timings
 from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
-from pdfqueue.stores.db import UserRow
+from pdfqueue.stores.users import UserRow
 from pdfqueue_dev.samples import CLEAN, Corpus, build_corpus, member_info
 from pdfqueue_worker import ocr
 from pdfqueue_worker.candidates import Source, page_candidates
@@ -54,13 +54,16 @@ NOISY = {"scan_300_noisy", "scan_150_noisy"}
 PLANS: dict[str, ocr.Plan] = {
     "whole_page": ocr.WHOLE_PAGE,
     "region_first": ocr.REGION_FIRST,
+    "region_first_whole_bands": ocr.Plan(by_line=False),
     "region_first_200dpi": ocr.Plan(band_dpi=200),
+    "region_first_250dpi": ocr.Plan(band_dpi=250),
     "region_first_top_18": ocr.Plan(bands=((0.0, 0.18), (0.9, 1.0))),
     "region_first_psm_auto": ocr.Plan(band_psm=ocr.PSM_AUTO),
     "region_first_invert": ocr.Plan(invert=True),
     "region_first_no_dictionaries": ocr.Plan(dictionaries=False),
 }
-"""Today's read before the bands, the worker's read, and each of its choices undone."""
+"""Today's read before the bands, the worker's read, each of its choices undone, and a band
+resolution between the two measured."""
 Scan = tuple[str, str, int | None, bytes]
 """Corpus, style, owner's user id and the PDF (user ids are per corpus)."""
 

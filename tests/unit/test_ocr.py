@@ -221,6 +221,31 @@ def test_an_address_in_a_scans_footer_is_read_from_the_bottom_band() -> None:
     assert ADDRESS in {c.address for c in page_candidates(text, 0, source=Source.OCR)}
 
 
+def test_a_band_is_read_down_to_the_line_after_its_address() -> None:
+    """The top band holds five lines; the address is on the second: the third is read too
+    (an address broken at a line's end goes on there), the two below it are not."""
+    lines = ["Grace Hopper", f"Berlin | {ADDRESS}", "Navy Yard", "Compilers", "Nanoseconds"]
+    document = pdfium.PdfDocument(scan(fpdf_doc(lines), ScanStyle(), random.Random(7)))
+    page = document[0]
+    try:
+        text, band = ocr.read(page, None, ocr.REGION_FIRST)
+        whole_band, _ = ocr.read(page, None, ocr.Plan(by_line=False))
+    finally:
+        page.close()
+        document.close()
+    assert band == 0
+    assert ADDRESS in {c.address for c in page_candidates(text, 0, source=Source.OCR)}
+    assert "Navy Yard" in text
+    assert "Compilers" not in text
+    assert "Nanoseconds" not in text
+    assert "Nanoseconds" in whole_band  # all five lines are in the band
+
+
+def test_a_line_box_grows_by_its_margin_within_the_image() -> None:
+    assert ocr._with_margin((10, 20, 110, 40), 1000, 500) == (6, 16, 108, 28)
+    assert ocr._with_margin((2, 1, 998, 499), 1000, 500) == (0, 0, 1000, 500)
+
+
 def test_a_one_image_page_is_read_from_its_image_and_a_turned_one_rendered() -> None:
     document = pdfium.PdfDocument(SCAN)
     page = document[0]

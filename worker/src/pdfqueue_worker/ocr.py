@@ -34,6 +34,11 @@ PSM_AUTO = 3
 """Tesseract's page segmentation with column and block detection (its default)."""
 PSM_SINGLE_BLOCK = 6
 """One block of text: no column detection, enough for a band across the page."""
+PSM_SINGLE_LINE = 7
+"""One line of text: how a band's lines are read one at a time."""
+LINE_MARGIN = 4
+"""Pixels added on every side of a line's box before it is read alone: the box hugs the
+ink, and a glyph cut at its edge reads worse."""
 _UNUSABLE = 0.5
 """A page whose text is more than half unknown glyphs (U+FFFD, private use, `(cid:N)`)
 has no usable text layer."""
@@ -60,6 +65,11 @@ class Plan:
     """Resolution of a band's read, at most (at 200 DPI a dot in a turned scan's address
     went missing)."""
     band_psm: int = PSM_SINGLE_BLOCK
+    """Segmentation of a band (the layout its lines are found by, when read line by line)."""
+    by_line: bool = True
+    """A band's lines are read one at a time from the top, up to the line after the first
+    with a candidate: recognition, not layout, is most of a band's cost, and the lines below
+    the address add nothing to it."""
     page_dpi: int = OCR_DPI
     """Resolution of the whole page's read."""
     dictionaries: bool = True
@@ -146,7 +156,11 @@ def read(page: pdfium.PdfPage, configured: str | None, plan: Plan) -> tuple[str,
         api.SetVariable("tessedit_do_invert", "1" if plan.invert else "0")
         dpi = image.width / max(page.get_width() / 72, 1e-6)
         for number, (top, bottom) in enumerate(plan.bands):
-            text = _recognize(api, _band(image, top, bottom, dpi, plan.band_dpi), plan.band_psm)
+            band = _band(image, top, bottom, dpi, plan.band_dpi)
+            if plan.by_line:
+                text = _recognize_to_candidate(api, band, plan.band_psm)
+            else:
+                text = _recognize(api, band, plan.band_psm)
             if page_candidates(text, 0, source=Source.OCR):
                 return text, number
         return _recognize(api, _band(image, 0.0, 1.0, dpi, plan.page_dpi), PSM_AUTO), None
@@ -161,6 +175,55 @@ def _recognize(api: Any, image: Image, psm: int) -> str:
         return str(api.GetUTF8Text())
     finally:
         api.Clear()
+
+
+def _recognize_to_candidate(api: Any, image: Image, psm: int) -> str:
+    """The image's lines (found by `psm`'s layout), read one at a time in reading order up
+    to the line after the first whose text so far has a candidate: an address broken at a
+    line's end (`dehyphenated` candidates) goes on at the start of the next. Every line
+    when none has one."""
+    try:
+        api.SetPageSegMode(psm)
+        api.SetImage(image)
+        boxes = _line_boxes(api.AnalyseLayout())
+        api.SetPageSegMode(PSM_SINGLE_LINE)
+        text, found_at = "", None
+        for number, box in enumerate(boxes):
+            api.SetRectangle(*_with_margin(box, image.width, image.height))
+            text += str(api.GetUTF8Text())
+            if found_at is not None:
+                break  # the line after the candidate's
+            if page_candidates(text, 0, source=Source.OCR):
+                found_at = number
+        return text
+    finally:
+        api.Clear()
+
+
+def _line_boxes(layout: Any) -> list[tuple[int, int, int, int]]:
+    """(left, top, right, bottom) of each text line of Tesseract's layout, in reading
+    order; none when it found no text (`AnalyseLayout` gives None)."""
+    import tesserocr
+
+    boxes: list[tuple[int, int, int, int]] = []
+    if layout is None:
+        return boxes
+    while True:
+        box = layout.BoundingBox(tesserocr.RIL.TEXTLINE)
+        if box is not None:
+            boxes.append(box)
+        if not layout.Next(tesserocr.RIL.TEXTLINE):
+            return boxes
+
+
+def _with_margin(
+    box: tuple[int, int, int, int], width: int, height: int
+) -> tuple[int, int, int, int]:
+    """`box` grown by LINE_MARGIN on every side, within the image, as SetRectangle takes it
+    (left, top, width, height)."""
+    left, top = max(0, box[0] - LINE_MARGIN), max(0, box[1] - LINE_MARGIN)
+    right, bottom = min(width, box[2] + LINE_MARGIN), min(height, box[3] + LINE_MARGIN)
+    return left, top, max(1, right - left), max(1, bottom - top)
 
 
 def _band(image: Image, top: float, bottom: float, dpi: float, band_dpi: int) -> Image:
