@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 import asyncpg
@@ -81,7 +82,9 @@ class Stores:
 
     @classmethod
     async def open(cls, settings: Settings, role: Role, redis: Redis | None = None) -> Stores:
-        """Open the role's stores; `redis` is one the caller owns (arq's, in the worker)."""
+        """Open the role's stores; `redis` is one the caller owns (arq's, in the worker). If a
+        step fails (PostgreSQL never up, the schema wait cancelled, a storage URL of no known
+        scheme), what this opened is closed before the error propagates."""
         own = redis is None
         if redis is None:
             redis = Redis.from_url(
@@ -89,17 +92,22 @@ class Stores:
                 socket_connect_timeout=role.redis_connect_timeout_s,
                 socket_timeout=role.redis_timeout_s,
             )
-        pool = await _connect_when_up(settings.database_url, role)
-        if role.waits_for_schema:
-            try:
+        opened = AsyncExitStack()
+        if own:
+            opened.push_async_callback(redis.aclose)
+        try:
+            pool = await _connect_when_up(settings.database_url, role)
+            opened.push_async_callback(pool.close)
+            if role.waits_for_schema:
                 await _schema_when_ready(pool, role)
-            except BaseException:  # cancelled while it waited: stopping
-                await pool.close()
-                raise
+            storage = Storage.from_settings(settings, threads=role.storage_threads)
+        except BaseException:  # BaseException: cancelled while it waited, when stopping
+            await opened.aclose()
+            raise
+        opened.pop_all()  # from now on `close` closes them
         tenant_column = settings.users_tenant_column if role.scoped_users else None
         table = UsersTable(settings.users_table, tenant_column)
         batches, files = BatchStore(pool), FileStore(pool, table)
-        storage = Storage.from_settings(settings, threads=role.storage_threads)
         lifecycle = Lifecycle.of(batches, files, redis, settings)
         users = UserStore(pool, table)
         return cls(settings, redis, pool, batches, files, users, storage, lifecycle, own)
