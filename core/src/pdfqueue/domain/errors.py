@@ -179,6 +179,16 @@ class MalformedRequest(PermanentError):
     boundary."""
 
 
+class BodyTooSlow(PermanentError):
+    """The upload's body stalled, or trickled below the minimum rate (HTTP 408): the partial
+    upload is removed and the connection closed (the rest of the body is never read)."""
+
+    http_status = 408
+
+    def headers(self) -> dict[str, str]:
+        return {"Connection": "close"}
+
+
 class UploadAborted(PdfQueueError):
     """The client went away mid-upload; the partial upload is removed (nobody reads the
     answer: 499, nginx's "client closed request")."""
