@@ -96,6 +96,14 @@ class UnsafeCallback(PermanentError):
         self.why = why
 
 
+class CallbackUnresolved(UnsafeCallback):
+    """The callback's host does not resolve (now): refused at upload (422) like any unsafe
+    URL, but at delivery it is tried again, since a name server may be down for a while."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, "its host does not resolve")
+
+
 class NotAZipArchive(PermanentError):
     http_status = 422
 
