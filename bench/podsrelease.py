@@ -18,7 +18,7 @@ import yaml
 
 from bench.podswatch import Target
 from pdfqueue.domain.settings import Settings
-from pdfqueue_dev.realnode import chart_image_values, image_refs, node_env
+from pdfqueue_dev.realnode import chart_image_values, image_refs, node_env, run
 from pdfqueue_dev.samples import Corpus, seed_users
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,24 +30,6 @@ KIND_VALUES = ROOT / "k8s/kind-values.yaml"
 BIN = Path("/var/cache/pdfqueue-tools/bin")
 RELEASE = "pdfqueue"
 NODE_CANNOT = 3
-
-
-def run(*argv: str | Path, timeout: float = 600, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        [str(a) for a in argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-        cwd=ROOT,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(map(str, argv))} exited {proc.returncode}:\n"
-            f"{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}"
-        )
-    return proc.stdout
 
 
 def start_node(node_dir: Path) -> None:

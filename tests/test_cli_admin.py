@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -14,10 +15,11 @@ from pdfqueue.cli.main import EXIT_ERROR, EXIT_OK, main
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.runtime.connections import lifecycle_over
+from pdfqueue.runtime.connections import STARTUP_WAIT_S, lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.queue import remove
 from pdfqueue.stores.storage import Storage
+from pdfqueue_dev.processes import free_port
 from tests.support.helpers import MakeCorpus, RunWorker
 
 
@@ -129,3 +131,39 @@ async def test_requeue_of_a_malformed_or_unknown_id_says_so(
     assert code == EXIT_ERROR
     assert says in err
     assert "Traceback" not in err + out
+
+
+def _command(*argv: str) -> int:
+    """`pdfqueue *argv`'s exit status, whether it returns it or exits with it."""
+    try:
+        return main(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("admin", "batches"),
+        ("admin", "requeue", "0123456789abcdef0123456789abcdef"),
+        ("purge", "--dry-run"),
+        ("erase", "--email", "jane@people.example", "--dry-run"),
+    ],
+    ids=["admin batches", "admin requeue", "purge", "erase --email"],
+)
+async def test_a_command_run_by_hand_fails_at_once_when_postgresql_is_down(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...]
+) -> None:
+    """Every administrator's command opens the same stores, and a person is waiting: no
+    minute of waiting for PostgreSQL as a pod does, but the reason at once."""
+    dead = f"postgresql://pdfqueue:pdfqueue@127.0.0.1:{free_port()}/pdfqueue"
+    monkeypatch.setenv("PDFQUEUE_DATABASE_URL", dead)
+    capsys.readouterr()
+    started = time.monotonic()
+    code = await asyncio.to_thread(_command, *argv)
+    took_s = time.monotonic() - started
+    out, err = capsys.readouterr()
+    assert code == EXIT_ERROR
+    assert "postgresql is unavailable" in " ".join(err.split())
+    assert "Traceback" not in err + out
+    assert took_s < STARTUP_WAIT_S / 4, f"{took_s:.0f} s"

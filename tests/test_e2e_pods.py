@@ -36,7 +36,14 @@ import yaml
 
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue_dev.processes import wait_until
-from pdfqueue_dev.realnode import CHART_IMAGES, chart_image_values, image_refs, node_env
+from pdfqueue_dev.realnode import (
+    CHART_IMAGES,
+    CommandFailed,
+    chart_image_values,
+    image_refs,
+    node_env,
+    run,
+)
 from pdfqueue_dev.samples import build_corpus, write_zip
 from tests.support.chartfix import CHART, HELM, KUBECTL, ROOT
 from tests.support.e2e.scenario import ClusterDriver, _seed, run_scenario
@@ -56,24 +63,6 @@ NODE_CANNOT = 3  # tools/kube.sh node-check: this machine cannot run containers
 
 def _node_env() -> dict[str, str]:
     return node_env(NODE_DIR)
-
-
-def _run(*argv: str | Path, timeout: float = 600, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        [str(a) for a in argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-        cwd=ROOT,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(map(str, argv))} exited {proc.returncode}:\n"
-            f"{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}"
-        )
-    return proc.stdout
 
 
 def _cannot_run(reason: str, required: bool) -> None:
@@ -104,17 +93,17 @@ def real_node(request: pytest.FixtureRequest) -> Iterator[Path]:
     assert check.returncode == 0, f"tools/kube.sh node-check failed:\n{check.stderr[-4000:]}"
     before = _host_network()
     try:
-        _run("bash", KUBE_SH, "up", NODE_DIR, "--real-node", timeout=3600, env=env)
+        run("bash", KUBE_SH, "up", NODE_DIR, "--real-node", timeout=3600, env=env)
         yield NODE_DIR / "admin.kubeconfig"
     finally:
-        _run("bash", KUBE_SH, "down", NODE_DIR, timeout=600, env=env)
+        run("bash", KUBE_SH, "down", NODE_DIR, timeout=600, env=env)
     # the host as it was: no bridge, no chain of ours or of kube-proxy, the same sysctls
     assert _host_network() == before
 
 
 def _host_network() -> dict[str, object]:
     """What the real node changes on the host and must give back on `down`."""
-    chains = _run("iptables-save").splitlines() + _run("ip6tables-save").splitlines()
+    chains = run("iptables-save").splitlines() + run("ip6tables-save").splitlines()
     sysctls = ("net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables")
     return {
         "bridge": (
@@ -140,12 +129,12 @@ class PodsDriver(ClusterDriver):
         """helm's -f arguments: k8s/kind-values.yaml, then the local images."""
 
     def kubectl(self, *args: str, timeout: float = 120) -> str:
-        return _run(
+        return run(
             KUBECTL, f"--kubeconfig={self.kubeconfig}", "-n", self.namespace, *args, timeout=timeout
         )
 
     def helm(self, *args: str, timeout: float = 900) -> str:
-        return _run(
+        return run(
             HELM, f"--kubeconfig={self.kubeconfig}", "-n", self.namespace, *args, timeout=timeout
         )
 
@@ -192,19 +181,19 @@ class PodsDriver(ClusterDriver):
         ):
             try:
                 parts.append(self.kubectl(*args))
-            except AssertionError as exc:
+            except CommandFailed as exc:
                 parts.append(f"({' '.join(args)}: {exc})")
         return "\n".join(parts)[-12000:]
 
 
 def _image_values(images_sh: Path = IMAGES_SH) -> dict[str, Any]:
     """The chart's image values for the images `images_sh` builds (from its own checkout)."""
-    refs = image_refs(images_sh, _run)
+    refs = image_refs(images_sh, run)
     if images_sh != IMAGES_SH:  # the node imported this checkout's images only
         sock = NODE_DIR / "containerd/containerd.sock"
         for name in CHART_IMAGES.values():
-            archive = _run("bash", images_sh, "archive", refs[name]).strip()
-            _run("ctr", "--address", sock, "-n", "k8s.io", "images", "import", archive)
+            archive = run("bash", images_sh, "archive", refs[name]).strip()
+            run("ctr", "--address", sock, "-n", "k8s.io", "images", "import", archive)
     return chart_image_values(refs)
 
 
@@ -227,13 +216,13 @@ def previous_release(
     """The previous release (its chart and its images), in a namespace of its own."""
     workdir = tmp_path_factory.mktemp("previous")
     tree = workdir / "previous"
-    _run("git", "worktree", "add", "--detach", tree, PREVIOUS_RELEASE)
+    run("git", "worktree", "add", "--detach", tree, PREVIOUS_RELEASE)
     try:
         chart = tree / "charts/pdfqueue"
         with _installed(real_node, workdir, chart, tree / "tools/images.sh") as driver:
             yield driver
     finally:
-        _run("git", "worktree", "remove", "--force", tree)
+        run("git", "worktree", "remove", "--force", tree)
 
 
 @contextlib.contextmanager
@@ -252,7 +241,7 @@ def _installed(
         "-f",
         str(values),
     ]
-    _run(KUBECTL, f"--kubeconfig={real_node}", "create", "namespace", namespace)
+    run(KUBECTL, f"--kubeconfig={real_node}", "create", "namespace", namespace)
     try:
         started = time.monotonic()
         try:
@@ -265,7 +254,7 @@ def _installed(
                 "--timeout",
                 "10m",
             )
-        except AssertionError as exc:  # say why the pods did not become Ready
+        except CommandFailed as exc:  # say why the pods did not become Ready
             raise AssertionError(f"{exc}\n{driver.diagnostics()}") from None
         print(f"helm install --wait took {time.monotonic() - started:.0f}s")
         driver.api_url = driver.service_url("api", 80)
@@ -287,7 +276,7 @@ def _installed(
             check=False,
             timeout=300,
         )
-        _run(
+        run(
             KUBECTL,
             f"--kubeconfig={real_node}",
             "delete",

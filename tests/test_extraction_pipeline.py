@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import random
-import zipfile
 from pathlib import Path
 
 import asyncpg
@@ -15,7 +12,7 @@ import pytest
 from bench.labelled import ScanStyle, fpdf_doc, scan
 from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.samples import SampleUser, seed_users
-from tests.support.helpers import RunWorker, upload
+from tests.support.helpers import RunWorker, linked_user_ids, run_batch
 
 JANE = SampleUser(1, "jane.doe@people.example", "Jane Doe", None)
 BOB = SampleUser(2, "bob.roe@people.example", "Bob Roe", None)
@@ -24,27 +21,6 @@ TEMPLATE = SampleUser(3, "hello@reallygreatsite.com", "Somebody", None)
 
 def resume(contact: str, *, links: tuple[str, ...] = ()) -> bytes:
     return fpdf_doc(["Jane Doe", "Engineer", f"Berlin | {contact}", "Experience"], links=links)
-
-
-async def run(
-    api: httpx.AsyncClient, run_worker: RunWorker, tmp_path: Path, files: dict[str, bytes]
-) -> tuple[dict[str, object], dict[str, dict[str, str]]]:
-    path = tmp_path / "batch.zip"
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-    batch_id = await upload(api, path)
-    await run_worker()
-    status = (await api.get(f"/v1/batches/{batch_id}")).json()
-    assert status["status"] == "COMPLETED", status
-    report = (await api.get(f"/v1/batches/{batch_id}/files?format=csv")).text
-    rows = {r["name"]: r for r in csv.DictReader(io.StringIO(report))}
-    return status, rows
-
-
-async def linked_users(db: asyncpg.Connection, settings: Settings) -> set[int]:
-    rows = await db.fetch(f'SELECT id FROM "{settings.users_table}" WHERE pdf_url IS NOT NULL')
-    return {r["id"] for r in rows}
 
 
 # OCR takes seconds where PDFium takes milliseconds, and much longer on a loaded machine: a
@@ -60,7 +36,7 @@ async def test_ambiguous_mailto_placeholder_and_scan_each_get_their_outcome(
 ) -> None:
     await seed_users(db, [JANE, BOB, TEMPLATE], table=settings.users_table)
     bob_scan = scan(resume(BOB.email), ScanStyle(angle=1.5), random.Random(1))
-    status, rows = await run(
+    status, rows = await run_batch(
         api,
         run_worker,
         tmp_path,
@@ -91,7 +67,7 @@ async def test_ambiguous_mailto_placeholder_and_scan_each_get_their_outcome(
         "template.pdf": "False",
         "scan.pdf": "True",
     }
-    assert await linked_users(db, settings) == {JANE.id, BOB.id}  # never the template's user
+    assert await linked_user_ids(db, settings) == {JANE.id, BOB.id}  # never the template's user
     final = await db.fetchrow(
         "SELECT skipped_ambiguous, linked, processed FROM pdfqueue_batches WHERE id = $1",
         status["batch_id"],
@@ -109,7 +85,7 @@ async def test_a_scan_without_ocr_is_skipped_as_needs_ocr(
 ) -> None:
     await seed_users(db, [JANE, BOB], table=settings.users_table)
     bob_scan = scan(resume(BOB.email), ScanStyle(), random.Random(2))
-    status, rows = await run(
+    status, rows = await run_batch(
         api, run_worker, tmp_path, {"scan.pdf": bob_scan, "text.pdf": resume(JANE.email)}
     )
     assert (status["linked"], status["skipped_no_match"], status["failed"]) == (1, 1, 0)
@@ -118,7 +94,7 @@ async def test_a_scan_without_ocr_is_skipped_as_needs_ocr(
         "needs_ocr",
         "False",
     )
-    assert await linked_users(db, settings) == {JANE.id}
+    assert await linked_user_ids(db, settings) == {JANE.id}
 
 
 @pytest.mark.settings(pdf_engine="pypdf")
@@ -135,7 +111,7 @@ async def test_the_pypdf_engine_reads_the_text_layer_only(
     assert settings.pdf_engine == "pypdf"
     await seed_users(db, [JANE, BOB], table=settings.users_table)
     bob_scan = scan(resume(BOB.email), ScanStyle(), random.Random(2))
-    status, rows = await run(
+    status, rows = await run_batch(
         api,
         run_worker,
         tmp_path,
@@ -151,4 +127,4 @@ async def test_the_pypdf_engine_reads_the_text_layer_only(
         "mailto.pdf": ("skipped_no_match", "no_email", "False"),
         "scan.pdf": ("skipped_no_match", "needs_ocr", "False"),
     }
-    assert await linked_users(db, settings) == {JANE.id}
+    assert await linked_user_ids(db, settings) == {JANE.id}

@@ -18,7 +18,7 @@ import pytest
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.samples import CLEAN, Expect, render_pdf
-from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
+from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, linked_user_ids, upload
 
 
 async def wait_done(api: httpx.AsyncClient, batch_id: str) -> dict[str, object]:
@@ -308,12 +308,7 @@ async def test_first_address_in_reading_order_that_is_a_user_wins_across_pages(
     files = {r["name"]: r for r in (await api.get(f"/v1/batches/{batch_id}/files")).json()}
     assert [files[n]["user_id"] for n in ("1.pdf", "2.pdf", "4.pdf")] == [a.id, b.id, d.id]
     assert (files["3.pdf"]["outcome"], files["3.pdf"]["reason"]) == ("skipped_no_match", "no_user")
-    linked = {
-        r["id"]
-        for r in await db.fetch(
-            f'SELECT id FROM "{settings.users_table}" WHERE pdf_url IS NOT NULL'
-        )
-    }
+    linked = await linked_user_ids(db, settings)
     assert {a.id, b.id, d.id} <= linked
     assert c.id not in linked
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import zipfile
 from pathlib import Path
 
 import asyncpg
@@ -14,7 +11,7 @@ from fpdf import FPDF
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.samples import FIXED_DATE, SampleUser, seed_users
-from tests.support.helpers import RunWorker, upload
+from tests.support.helpers import RunWorker, linked_user_ids, run_batch
 
 JOHN = SampleUser(1, "john.smith@people.example", "John Smith", None)
 HYPHENED = SampleUser(2, "jo-hn.smith@people.example", "Jo-hn Smith", None)
@@ -42,21 +39,9 @@ def test_the_producer_draws_the_soft_hyphen_as_a_hyphen() -> None:
 async def run(
     api: httpx.AsyncClient, run_worker: RunWorker, tmp_path: Path
 ) -> tuple[dict[str, object], dict[str, str]]:
-    path = tmp_path / "batch.zip"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("john.pdf", drawn_resume())
-    batch_id = await upload(api, path)
-    await run_worker()
-    status = (await api.get(f"/v1/batches/{batch_id}")).json()
-    assert status["status"] == "COMPLETED", status
-    report = (await api.get(f"/v1/batches/{batch_id}/files?format=csv")).text
-    (row,) = csv.DictReader(io.StringIO(report))
-    return status, row
-
-
-async def linked(db: asyncpg.Connection, settings: Settings) -> set[int]:
-    rows = await db.fetch(f'SELECT id FROM "{settings.users_table}" WHERE pdf_url IS NOT NULL')
-    return {r["id"] for r in rows}
+    """A batch of the one drawn résumé: its status and its report's row."""
+    status, rows = await run_batch(api, run_worker, tmp_path, {"john.pdf": drawn_resume()})
+    return status, rows["john.pdf"]
 
 
 async def test_the_dehyphenated_address_links_its_user(
@@ -70,7 +55,7 @@ async def test_the_dehyphenated_address_links_its_user(
     status, row = await run(api, run_worker, tmp_path)
     assert (status["linked"], status["skipped_no_match"], status["failed"]) == (1, 0, 0)
     assert row["outcome"] == "linked"
-    assert await linked(db, settings) == {JOHN.id}
+    assert await linked_user_ids(db, settings) == {JOHN.id}
 
 
 async def test_both_forms_being_users_links_neither(
@@ -86,4 +71,4 @@ async def test_both_forms_being_users_links_neither(
     status, row = await run(api, run_worker, tmp_path)
     assert (status["linked"], status["skipped_ambiguous"], status["failed"]) == (0, 1, 0)
     assert (row["outcome"], row["reason"]) == ("skipped_ambiguous", "ambiguous")
-    assert await linked(db, settings) == set()
+    assert await linked_user_ids(db, settings) == set()

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import pytest
 
 from pdfqueue.domain.errors import DatabaseUnavailable
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime import connections as runtime
 from pdfqueue.runtime.connections import Stores, worker_role
+from pdfqueue_api import runtime as api_runtime
+from pdfqueue_api.events import BatchFeed
+from pdfqueue_api.runtime import ApiRuntime
 from pdfqueue_dev.processes import free_port
 
 
@@ -58,3 +63,53 @@ async def test_a_database_that_never_comes_is_an_error_in_the_end(
     dead = settings.model_copy(update={"database_url": _via(settings.database_url, free_port())})
     with pytest.raises(DatabaseUnavailable):
         await Stores.open(dead, worker_role(dead))
+
+
+async def test_an_api_start_that_fails_half_way_closes_what_it_opened(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lifespan never runs `close` after a failed start: `start` itself must give back the
+    pool, the Redis client and the background loops it had opened, then re-raise."""
+    opened: list[Stores] = []
+    real_open = Stores.open
+
+    async def open_and_keep(*args: Any, **kwargs: Any) -> Stores:
+        stores = await real_open(*args, **kwargs)
+        opened.append(stores)
+        return stores
+
+    def broken_start(self: BatchFeed) -> None:
+        raise RuntimeError("the feed cannot start")
+
+    monkeypatch.setattr(api_runtime.Stores, "open", open_and_keep)
+    monkeypatch.setattr(api_runtime.BatchFeed, "start", broken_start)
+    with pytest.raises(RuntimeError, match="the feed cannot start"):
+        await ApiRuntime.start(settings)
+    (stores,) = opened
+    assert stores.pool.is_closing()
+    redis_connections = stores.redis.connection_pool._available_connections
+    assert redis_connections, "start talked to Redis (the durability check)"
+    assert not any(c.is_connected for c in redis_connections)
+    loops = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("pdfqueue-")]
+    assert loops == []  # the gauges it had started are stopped
+
+
+async def test_stores_that_fail_to_open_close_the_pool_they_had_opened(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A storage URL of no known scheme is found after PostgreSQL's pool is open: the error
+    says what is wrong, and the pool is closed rather than left holding its connections."""
+    pools: list[asyncpg.Pool] = []
+    real_connect = runtime.connect
+
+    async def connect_and_keep(*args: Any, **kwargs: Any) -> asyncpg.Pool:
+        pool = await real_connect(*args, **kwargs)
+        pools.append(pool)
+        return pool
+
+    monkeypatch.setattr(runtime, "connect", connect_and_keep)
+    wrong = settings.model_copy(update={"storage_url": "gs://pdfqueue/"})
+    with pytest.raises(ValueError, match="must start with s3:// or file://"):
+        await Stores.open(wrong, worker_role(wrong))
+    (pool,) = pools
+    assert pool.is_closing()

@@ -17,10 +17,12 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
+from pdfqueue.domain.errors import DatabaseUnavailable
 from pdfqueue.domain.models import COUNTERS
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue_dev.processes import free_port
+from pdfqueue_worker.tasks import webhook as webhook_task
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 from tests.support.webhooks import SECRET, Receiver, deliveries, upload_with
 
@@ -271,6 +273,95 @@ async def test_a_redirect_is_recorded_and_never_followed(
     attempts = await deliveries(db, batch_id)
     assert [(a["status_code"], a["error"]) for a in attempts] == [(302, None)]
     assert counted.since() == {"refused": 1}
+
+
+@pytest.mark.settings(
+    webhook_secrets={"acme": SECRET},
+    webhook_urls={"acme": "https://no-such-host.invalid/hook"},
+    webhook_deadline_s=2.0,
+    retry_base_delay_s=0.2,
+    retry_max_delay_s=0.5,
+)
+async def test_a_host_that_does_not_resolve_at_delivery_is_tried_until_the_deadline(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, db: asyncpg.Connection
+) -> None:
+    """A lookup that fails may be a name server down for a while, not an unsafe address:
+    each attempt is recorded with the reason, then the last is given up at the deadline."""
+    counted = Attempts()
+    _, path = await make_corpus(3, seed=58)
+    batch_id = await upload(api, path)
+    await run_worker()
+    attempts = await deliveries(db, batch_id)
+    assert len(attempts) >= 2
+    assert {a["error"] for a in attempts} == {"its host does not resolve"}
+    assert [a["attempt"] for a in attempts] == list(range(1, len(attempts) + 1))
+    assert counted.since() == {"retried": len(attempts) - 1, "gave_up": 1}
+
+
+def _failing_once(real: Any, error: Exception) -> Any:
+    """`real`, except that its first call raises `error`."""
+    calls = []
+
+    async def once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 1:
+            raise error
+        return await real(*args, **kwargs)
+
+    return once
+
+
+@HOOKS
+async def test_an_unexpected_error_of_an_attempt_is_recorded_and_tried_again(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    receiver: Receiver,
+    db: asyncpg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An error of no kind the HTTP client is known to raise (a bug of its, or of ours) does
+    not end the delivery unrecorded: the attempt is a row with the error, the next one runs."""
+    broken = RuntimeError("the HTTP client's connection pool is in a state it cannot handle")
+    monkeypatch.setattr(webhook_task, "post", _failing_once(webhook_task.post, broken))
+    await receiver.start()
+    counted = Attempts()
+    _, path = await make_corpus(3, seed=59)
+    response = await upload_with(api, path, receiver.url)
+    batch_id = response.json()["batch_id"]
+    await run_worker()
+    attempts = await deliveries(db, batch_id)
+    assert [(a["status_code"], a["error"]) for a in attempts] == [
+        (None, "RuntimeError"),
+        (200, None),
+    ]
+    assert len(receiver.got) == 1
+    assert counted.since() == {"retried": 1, "delivered": 1}
+
+
+@HOOKS
+async def test_a_delivery_whose_batch_cannot_be_read_runs_again(
+    api: httpx.AsyncClient,
+    make_corpus: MakeCorpus,
+    run_worker: RunWorker,
+    receiver: Receiver,
+    db: asyncpg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PostgreSQL fails as the delivery looks up its callback: nothing was sent or recorded,
+    so the delivery is queued again with the backoff instead of failing for good."""
+    down = DatabaseUnavailable("connection refused")
+    monkeypatch.setattr(webhook_task, "callback_of", _failing_once(webhook_task.callback_of, down))
+    await receiver.start()
+    counted = Attempts()
+    _, path = await make_corpus(3, seed=60)
+    response = await upload_with(api, path, receiver.url)
+    batch_id = response.json()["batch_id"]
+    await run_worker()
+    attempts = await deliveries(db, batch_id)
+    assert [(a["attempt"], a["status_code"]) for a in attempts] == [(2, 200)]
+    assert len(receiver.got) == 1
+    assert counted.since() == {"retried": 1, "delivered": 1}
 
 
 def test_settings_keep_the_secret_out_of_reprs() -> None:

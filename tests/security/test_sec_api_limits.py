@@ -13,6 +13,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -286,6 +287,116 @@ def test_broken_body_framing_is_400(real_api: RealApi, s3_keys: Any, framing: by
     )
     assert status_of(exchange(real_api, request)[0]) == 400
     wait_until(lambda: s3_keys() == [], "the partial upload removed", 30)
+
+
+# --- request bodies that stall or trickle, against the real `pdfqueue api` -----------------
+
+
+def upload_head(token: str, length: int) -> bytes:
+    """The head of a raw ZIP upload of `length` bytes with `token`."""
+    return (
+        b"POST /v1/batches HTTP/1.1\r\nHost: t\r\nContent-Type: application/zip\r\n"
+        b"Authorization: Bearer " + token.encode() + b"\r\n"
+        b"Content-Length: " + str(length).encode() + b"\r\n\r\n"
+    )
+
+
+@pytest.fixture
+def one_slot_api(settings: Settings, tmp_path: Path) -> Iterator[tuple[RealApi, str]]:
+    """The real API with a tenant of its own allowed one upload or batch at a time (the
+    concurrent count reads the shared database's rows); (the API, the tenant's token)."""
+    token = uuid.uuid4().hex
+    own = settings.model_copy(
+        update={"api_tokens": {token: f"slow-{token[:12]}"}, "quota_concurrent_batches": 1}
+    )
+    api = RealApi(own, tmp_path)
+    try:
+        yield api, token
+    finally:
+        api.child.stop(10)
+
+
+def answer_to_slow_body(sock: socket.socket, trickle: bytes, every_s: float) -> tuple[bytes, float]:
+    """Keep sending `trickle` every `every_s` seconds (nothing if it is empty) until the server
+    answers; (the answer up to the close, seconds from the first wait to the answer)."""
+    sock.settimeout(every_s)
+    started = time.monotonic()
+    answer = bytearray()
+    with contextlib.suppress(OSError):  # a send after the cut: the server closed
+        while time.monotonic() - started < SLOW_BODY_GIVE_UP_S:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                if trickle:
+                    sock.sendall(trickle)
+                continue
+            if not chunk:
+                break
+            answer += chunk
+    return bytes(answer), time.monotonic() - started
+
+
+SLOW_BODY_GIVE_UP_S = 20.0
+"""Well past the 2 s limit the tests set, plus a loaded machine's slack: a server still reading
+by then would read forever."""
+
+
+@pytest.mark.settings(http_body_timeout_s=2.0)
+@pytest.mark.parametrize(
+    ("trickle", "every_s", "detail"),
+    [
+        (b"", 0.5, b"no byte of the request body arrived for 2 s"),
+        (b"z", 0.2, b"the request body arrived too slowly: 10 bytes in 2 s"),
+    ],
+    ids=["stalled", "a byte every 0.2 s"],
+)
+def test_a_body_that_stalls_or_trickles_is_cut_off_and_frees_its_slot(
+    one_slot_api: tuple[RealApi, str], s3_keys: Any, trickle: bytes, every_s: float, detail: bytes
+) -> None:
+    """A client that stops sending mid-body without closing, or sends a byte now and then
+    (default minimum 1024 bytes per second), gets 408 after 2 s of waiting: its partial upload
+    is removed, the connection closed, and its tenant's only upload slot is free again."""
+    real_api, token = one_slot_api
+    sock = real_api.connect()
+    sock.sendall(upload_head(token, 1_000_000) + b"PK\x03\x04" + b"z" * 99_996)
+    answer, cut_after = answer_to_slow_body(sock, trickle, every_s)
+    sock.close()
+    assert answer, f"no answer within {SLOW_BODY_GIVE_UP_S:g} s: the body is read forever"
+    assert status_of(answer) == 408
+    assert b"connection: close" in answer.lower()
+    assert detail in answer
+    assert 1.5 < cut_after < 2.0 + 10
+    assert s3_keys() == []  # no object, no pending multipart upload
+    with zipfile.ZipFile(zipped := io.BytesIO(), "w") as archive:
+        archive.writestr("a.txt", "not a pdf")
+    fresh = httpx.post(
+        f"{real_api.url}/v1/batches",
+        content=zipped.getvalue(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/zip"},
+        timeout=30,
+    )
+    assert fresh.status_code == 202, fresh.text  # the slot the slow body held is free
+
+
+@pytest.mark.settings(http_body_timeout_s=2.0, http_body_min_bytes_per_s=4)
+def test_a_slow_body_at_the_minimum_rate_is_read_to_the_end(
+    real_api: RealApi, s3_keys: Any
+) -> None:
+    """Above the minimum rate the body is read however long it takes: 8 bytes a second
+    against a minimum of 4, for 3 s (longer than the window), then the rest at once."""
+    body = _zip()
+    sock = real_api.connect()
+    sock.sendall(upload_head(ACME_TOKEN, len(body)))
+    sock.settimeout(0.125)
+    for byte in body[:24]:
+        sock.sendall(bytes([byte]))
+        with contextlib.suppress(TimeoutError):
+            assert sock.recv(100) == b"", "answered before the body ended"
+    sock.sendall(body[24:])
+    sock.settimeout(30)
+    answer = sock.recv(65536)
+    sock.close()
+    assert status_of(answer) == 202, answer
 
 
 # --- item 7: callback addresses that carry an IPv4 address ----------------------------------

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import zipfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 
 from pdfqueue.domain.settings import Settings
@@ -31,6 +35,30 @@ async def upload(api: httpx.AsyncClient, path: Path) -> str:
     assert response.status_code == 202, response.text
     batch_id: str = response.json()["batch_id"]
     return batch_id
+
+
+async def run_batch(
+    api: httpx.AsyncClient, run_worker: RunWorker, tmp_path: Path, files: dict[str, bytes]
+) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """Upload a ZIP of `files` (member name → bytes), run the worker until it is idle, and
+    return the completed batch's status and its CSV report's rows by member name."""
+    path = tmp_path / "batch.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    batch_id = await upload(api, path)
+    await run_worker()
+    status: dict[str, Any] = (await api.get(f"/v1/batches/{batch_id}")).json()
+    assert status["status"] == "COMPLETED", status
+    report = (await api.get(f"/v1/batches/{batch_id}/files?format=csv")).text
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO(report))}
+    return status, rows
+
+
+async def linked_user_ids(db: asyncpg.Connection, settings: Settings) -> set[int]:
+    """The ids of the users whose PDF is linked (`pdf_url` set), in the tests' users table."""
+    rows = await db.fetch(f'SELECT id FROM "{settings.users_table}" WHERE pdf_url IS NOT NULL')
+    return {r["id"] for r in rows}
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -25,6 +25,8 @@ ERRORS = {
     " multipart Content-Type without a valid boundary).",
     401: "Missing or unknown bearer token.",
     404: "Unknown batch, or another tenant's.",
+    408: "The upload's body paused for PDFQUEUE_HTTP_BODY_TIMEOUT_S, or arrived slower than"
+    " PDFQUEUE_HTTP_BODY_MIN_BYTES_PER_S; nothing of it was kept.",
     413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
     409: "The batch is not COMPLETED, has no file to retry, or its retry is running.",
     415: "Neither application/zip nor multipart/form-data.",

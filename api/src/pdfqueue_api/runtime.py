@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import API, Stores
@@ -30,47 +31,68 @@ class ApiRuntime:
     store_gauges: StoreGauges
     publisher: PdfBatchPublisher | None
     """Set in Kubernetes mode: the API also creates a PdfBatch per upload."""
+    closers: AsyncExitStack = field(repr=False)
+    """What `start` opened, each closer pushed as its part opened: `close` unwinds it in
+    reverse order, as a failed `start` does."""
 
     @classmethod
     async def start(cls, settings: Settings) -> ApiRuntime:
+        """Open the stores and start the services on them. If a step fails, what was already
+        opened is closed (in reverse order) before the error propagates: a lifespan that fails
+        at start never runs `close`, and a pool or a Redis client left open would hold its
+        connections until the process ends."""
         if settings.allow_anonymous:
             log.warning("PDFQUEUE_ALLOW_ANONYMOUS: the API accepts requests without a token")
-        stores = await Stores.open(settings, API)
+        opened = AsyncExitStack()
         try:
-            for problem in await check_durability(stores.redis):
-                log.warning("REDIS IS NOT SAFE FOR A QUEUE: %s", problem)
-        except Exception as exc:  # Redis down at start: /readyz says so until it is back
-            log.warning("redis not reachable at start: %r", exc)
-        publisher = None
-        if settings.kubernetes_namespace:
-            publisher = PdfBatchPublisher(settings.kubernetes_namespace, settings.kubeconfig)
-        service = BatchService(
-            settings,
-            stores.redis,
-            stores.lifecycle,
-            stores.pool,
-            stores.batches,
-            stores.files,
-            stores.storage,
-            publisher,
-        )
-        queue_gauges = QueueGauges(stores.redis, settings.queue_name, settings.metrics_interval_s)
-        queue_gauges.start()
-        store_gauges = StoreGauges(stores.redis, stores.batches, settings.metrics_interval_s)
-        store_gauges.start()
-        feed = BatchFeed(
-            service.read,
-            settings.events_interval_s,
-            settings.max_event_streams,
-            settings.max_event_streams_per_tenant,
-        )
-        feed.start()
-        return cls(settings, stores, service, feed, queue_gauges, store_gauges, publisher)
+            stores = await Stores.open(settings, API)
+            opened.push_async_callback(stores.close)
+            await _warn_unless_durable(stores)
+            publisher = None
+            if settings.kubernetes_namespace:
+                publisher = PdfBatchPublisher(settings.kubernetes_namespace, settings.kubeconfig)
+                opened.push_async_callback(publisher.close)
+            service = BatchService(
+                settings,
+                stores.redis,
+                stores.lifecycle,
+                stores.pool,
+                stores.batches,
+                stores.files,
+                stores.storage,
+                publisher,
+            )
+            interval_s = settings.metrics_interval_s
+            queue_gauges = QueueGauges(stores.redis, settings.queue_name, interval_s)
+            queue_gauges.start()
+            opened.push_async_callback(queue_gauges.stop)
+            store_gauges = StoreGauges(stores.redis, stores.batches, interval_s)
+            store_gauges.start()
+            opened.push_async_callback(store_gauges.stop)
+            feed = BatchFeed(
+                service.read,
+                settings.events_interval_s,
+                settings.max_event_streams,
+                settings.max_event_streams_per_tenant,
+            )
+            feed.start()
+            opened.push_async_callback(feed.stop)
+        except BaseException:
+            await opened.aclose()
+            raise
+        parts = (service, feed, queue_gauges, store_gauges, publisher)
+        return cls(settings, stores, *parts, closers=opened.pop_all())
 
     async def close(self) -> None:
-        await self.feed.stop()
-        await self.queue_gauges.stop()
-        await self.store_gauges.stop()
-        if self.publisher is not None:
-            await self.publisher.close()
-        await self.stores.close()
+        """Stop the services, then close the stores: the reverse of `start`."""
+        await self.closers.aclose()
+
+
+async def _warn_unless_durable(stores: Stores) -> None:
+    """Say loudly when Redis would lose queued jobs on a restart; a Redis down at start is
+    only logged (/readyz says so until it is back)."""
+    try:
+        for problem in await check_durability(stores.redis):
+            log.warning("REDIS IS NOT SAFE FOR A QUEUE: %s", problem)
+    except Exception as exc:
+        log.warning("redis not reachable at start: %r", exc)

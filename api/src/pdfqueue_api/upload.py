@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
 import re
+import time
 import unicodedata
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import NoReturn
 
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 
-from pdfqueue.domain.errors import ArchiveTooLarge, MalformedRequest, NotAZipArchive
+from pdfqueue.domain.errors import ArchiveTooLarge, BodyTooSlow, MalformedRequest, NotAZipArchive
+from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
 
+log = logging.getLogger(__name__)
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a first member, or an empty archive
 ZIP_TYPES = {"application/zip", "application/x-zip-compressed", "application/octet-stream"}
 
@@ -34,6 +41,61 @@ def display_name(raw: str | None) -> str | None:
     last = raw.replace("\\", "/").rsplit("/", maxsplit=1)[-1]
     kept = "".join(c for c in last if not unicodedata.category(c).startswith("C"))
     return kept.strip()[:MAX_NAME_CHARS].strip() or None
+
+
+@dataclass(frozen=True)
+class BodyPace:
+    """How slowly an upload's body may arrive: within every `window_s` seconds the API spends
+    waiting for it, at least `window_bytes` bytes. uvicorn has no such limit (its only
+    timer is keep-alive, between requests), so without it a client that stops sending, or
+    sends a byte a minute, holds its upload slot, a pending multipart upload, the part buffer
+    and a connection for as long as it keeps the socket open."""
+
+    window_s: float
+    min_bytes_per_s: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BodyPace:
+        return cls(settings.http_body_timeout_s, settings.http_body_min_bytes_per_s)
+
+    @property
+    def window_bytes(self) -> int:
+        """Bytes each window must bring: at least one, so a pause of `window_s` always ends it."""
+        return max(1, math.ceil(self.window_s * self.min_bytes_per_s))
+
+    def too_slow(self, received: int) -> BodyTooSlow:
+        if received == 0:
+            detail = f"no byte of the request body arrived for {self.window_s:g} s"
+        else:
+            detail = (
+                f"the request body arrived too slowly: {received} bytes in {self.window_s:g} s,"
+                f" under {self.min_bytes_per_s} bytes per second"
+            )
+        return BodyTooSlow(detail)
+
+
+async def paced(body: AsyncIterator[bytes], pace: BodyPace) -> AsyncIterator[bytes]:
+    """Pass `body` on; BodyTooSlow (408) once `pace.window_s` seconds of waiting for it have
+    brought fewer than `pace.window_bytes` bytes. Only the waits count: while the consumer
+    stores a part, the client is held back by TCP, not slow. A window that has brought its
+    bytes starts the next one."""
+    chunks = aiter(body)
+    waited_s, received = 0.0, 0
+    while True:
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(pace.window_s - waited_s):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            log.info("an upload body was cut off: %d bytes in %g s", received, pace.window_s)
+            raise pace.too_slow(received) from None
+        waited_s += time.monotonic() - started
+        received += len(chunk)
+        if received >= pace.window_bytes:
+            waited_s, received = 0.0, 0
+        yield chunk
 
 
 class FormFileReader:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from pdfqueue_dev.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[3]
+"""The checkout: where `run` runs its commands (the tools' paths and `git worktree` are relative
+to it)."""
 
 CHART_IMAGES = {
     "api": "API",
@@ -19,6 +24,32 @@ CHART_IMAGES = {
     "tests": "CURL",
 }
 """The chart's image values and the names `tools/images.sh refs` gives their references."""
+
+
+class CommandFailed(RuntimeError):
+    """A command of the real node's tooling exited non-zero; the message carries its argv, its
+    exit status and the tail of what it printed."""
+
+
+def run(*argv: str | Path, timeout: float = 600, env: dict[str, str] | None = None) -> str:
+    """Run `argv` in the checkout and return its stdout; `CommandFailed` if it exits non-zero
+    (stderr's last 4000 and stdout's last 2000 characters in the message, enough for helm's or
+    kubectl's reason without a whole build log). `subprocess.TimeoutExpired` after `timeout`."""
+    proc = subprocess.run(
+        [str(a) for a in argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+        cwd=ROOT,
+    )
+    if proc.returncode != 0:
+        raise CommandFailed(
+            f"{' '.join(map(str, argv))} exited {proc.returncode}:\n"
+            f"{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}"
+        )
+    return proc.stdout
 
 
 def node_env(node_dir: Path) -> dict[str, str]:

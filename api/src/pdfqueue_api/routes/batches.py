@@ -16,7 +16,7 @@ from pdfqueue.erasure import BatchErasure
 from pdfqueue_api.auth import Tenant
 from pdfqueue_api.dependencies import BatchId, Service
 from pdfqueue_api.problems import errors
-from pdfqueue_api.upload import ZIP_TYPES, FormFileReader
+from pdfqueue_api.upload import ZIP_TYPES, BodyPace, FormFileReader, paced
 
 router = APIRouter()
 
@@ -42,7 +42,7 @@ class ErasureAnswer(BaseModel):
     "/v1/batches",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=BatchCreated,
-    responses=errors(400, 401, 413, 415, 422, 429, 503),
+    responses=errors(400, 401, 408, 413, 415, 422, 429, 503),
     openapi_extra={
         "requestBody": {
             "content": {
@@ -88,7 +88,8 @@ async def create_batch(
 
     await service.check_callback(tenant, callback_url)  # 422 before any byte
     async with service.admitted(tenant, declared) as admission:  # 429 before any byte
-        body = decode(admission.meter(request.stream()))
+        received = paced(request.stream(), BodyPace.from_settings(service.settings))
+        body = decode(admission.meter(received))
         batch_id = await service.create(
             tenant, body, batch_id=admission.ticket, name=file_name, callback=callback_url
         )

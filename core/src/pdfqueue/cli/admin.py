@@ -84,20 +84,12 @@ def _sync(
 
 @asynccontextmanager
 async def _lifecycle() -> AsyncIterator[Lifecycle]:
-    from redis.asyncio import Redis
-
+    """The batch lifecycle over the administrator's stores, for the command's run."""
     from pdfqueue.domain.settings import Settings
-    from pdfqueue.runtime.connections import lifecycle_over
-    from pdfqueue.stores.postgres import connect
+    from pdfqueue.runtime.connections import ADMIN, Stores
 
-    settings = Settings()
-    pool = await connect(settings.database_url, min_size=0, max_size=2)
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
-    try:
-        yield lifecycle_over(pool, redis, settings)
-    finally:
-        await redis.aclose()
-        await pool.close()
+    async with Stores.opened(Settings(), ADMIN) as stores:
+        yield stores.lifecycle
 
 
 async def admin_batches(args: argparse.Namespace) -> int:

@@ -193,11 +193,8 @@ def _with_eraser(work: Callable[[Any], Awaitable[T]]) -> T:
     from pdfqueue.runtime.connections import ADMIN, Stores
 
     async def run() -> T:
-        stores = await Stores.open(Settings(), ADMIN)
-        try:
+        async with Stores.opened(Settings(), ADMIN) as stores:
             return await work(stores.eraser())
-        finally:
-            await stores.close()
 
     try:
         return asyncio.run(run())

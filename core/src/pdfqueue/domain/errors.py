@@ -96,6 +96,14 @@ class UnsafeCallback(PermanentError):
         self.why = why
 
 
+class CallbackUnresolved(UnsafeCallback):
+    """The callback's host does not resolve (now): refused at upload (422) like any unsafe
+    URL, but at delivery it is tried again, since a name server may be down for a while."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, "its host does not resolve")
+
+
 class NotAZipArchive(PermanentError):
     http_status = 422
 
@@ -177,6 +185,16 @@ class MalformedRequest(PermanentError):
     """A request whose framing is broken before its body could be read (HTTP 400): a
     Content-Length that is not a number, a multipart Content-Type without a valid
     boundary."""
+
+
+class BodyTooSlow(PermanentError):
+    """The upload's body stalled, or trickled below the minimum rate (HTTP 408): the partial
+    upload is removed and the connection closed (the rest of the body is never read)."""
+
+    http_status = 408
+
+    def headers(self) -> dict[str, str]:
+        return {"Connection": "close"}
 
 
 class UploadAborted(PdfQueueError):

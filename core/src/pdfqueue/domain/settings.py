@@ -243,6 +243,15 @@ class Settings(BaseSettings):
     http_head_timeout_s: float = Field(default=10.0, gt=0)
     """Time a request head may take to arrive, from the connection (or the previous
     response); a slower one gets 408 and the connection is closed (slowloris)."""
+    http_body_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest wait for an upload's next bytes: a body that sends nothing for this long (or
+    less than `http_body_min_bytes_per_s` times it over that much waiting) gets 408, its
+    partial upload is removed and its slot freed. Only the API's waits for the client count,
+    not the time it spends storing what arrived."""
+    http_body_min_bytes_per_s: int = Field(default=1024, ge=0)
+    """Slowest upload body the API reads, averaged over `http_body_timeout_s` of waiting; 0
+    keeps only the pause limit. A trickle (a byte every few seconds) would otherwise hold an
+    upload slot, a pending multipart upload and its part buffer for as long as it likes."""
     http_max_connections: int = Field(default=4096, ge=1)
     """Connections one API process serves at once; requests beyond get 503 (health probes
     excepted), and connections beyond it plus a small reserve are closed at once. Keep it

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import asyncpg
@@ -43,12 +45,16 @@ class Role:
     waits_for_schema: bool = True
     """Opening waits until the schema is one this code runs on; the API opens at once and its
     /readyz says why it is not ready instead."""
+    by_hand: bool = False
+    """A command a person runs and waits for: PostgreSQL down, or a schema this code does not
+    run on, is an error at once (the schema checked once), where a process waits for them."""
 
 
 API = Role("api", 0, 10, 16, redis_connect_timeout_s=1, redis_timeout_s=2, waits_for_schema=False)
 OPERATOR = Role("operator", 1, 4, 4, redis_connect_timeout_s=2, redis_timeout_s=5)
-ADMIN = Role("admin", 0, 4, 8, redis_connect_timeout_s=2, redis_timeout_s=5)
-"""An administrator's command (`pdfqueue purge`, `erase --email`): database access, no token."""
+ADMIN = Role("admin", 0, 4, 8, redis_connect_timeout_s=2, redis_timeout_s=5, by_hand=True)
+"""An administrator's command (`pdfqueue purge`, `erase --email`, `admin ...`): database
+access, no token."""
 log = logging.getLogger(__name__)
 STARTUP_WAIT_S = 60.0
 """How long a process started beside its database (a pod beside PostgreSQL's, both new) waits
@@ -81,7 +87,9 @@ class Stores:
 
     @classmethod
     async def open(cls, settings: Settings, role: Role, redis: Redis | None = None) -> Stores:
-        """Open the role's stores; `redis` is one the caller owns (arq's, in the worker)."""
+        """Open the role's stores; `redis` is one the caller owns (arq's, in the worker). If a
+        step fails (PostgreSQL never up, the schema wait cancelled, a storage URL of no known
+        scheme), what this opened is closed before the error propagates."""
         own = redis is None
         if redis is None:
             redis = Redis.from_url(
@@ -89,20 +97,37 @@ class Stores:
                 socket_connect_timeout=role.redis_connect_timeout_s,
                 socket_timeout=role.redis_timeout_s,
             )
-        pool = await _connect_when_up(settings.database_url, role)
-        if role.waits_for_schema:
-            try:
+        opened = AsyncExitStack()
+        if own:
+            opened.push_async_callback(redis.aclose)
+        try:
+            pool = await _connect(settings.database_url, role)
+            opened.push_async_callback(pool.close)
+            if role.by_hand:
+                await schema.require(pool)
+            elif role.waits_for_schema:
                 await _schema_when_ready(pool, role)
-            except BaseException:  # cancelled while it waited: stopping
-                await pool.close()
-                raise
+            storage = Storage.from_settings(settings, threads=role.storage_threads)
+        except BaseException:  # BaseException: cancelled while it waited, when stopping
+            await opened.aclose()
+            raise
+        opened.pop_all()  # from now on `close` closes them
         tenant_column = settings.users_tenant_column if role.scoped_users else None
         table = UsersTable(settings.users_table, tenant_column)
         batches, files = BatchStore(pool), FileStore(pool, table)
-        storage = Storage.from_settings(settings, threads=role.storage_threads)
         lifecycle = Lifecycle.of(batches, files, redis, settings)
         users = UserStore(pool, table)
         return cls(settings, redis, pool, batches, files, users, storage, lifecycle, own)
+
+    @classmethod
+    @asynccontextmanager
+    async def opened(cls, settings: Settings, role: Role) -> AsyncIterator[Stores]:
+        """The role's stores for the block, closed after it (a command's whole run)."""
+        stores = await cls.open(settings, role)
+        try:
+            yield stores
+        finally:
+            await stores.close()
 
     def eraser(self) -> Eraser:
         """Retention and erasure over these stores."""
@@ -121,6 +146,13 @@ def lifecycle_over(pool: asyncpg.Pool, redis: Redis, settings: Settings) -> Life
     administrator's command, a test, a benchmark): the users table unscoped."""
     files = FileStore(pool, UsersTable(settings.users_table))
     return Lifecycle.of(BatchStore(pool), files, redis, settings)
+
+
+async def _connect(dsn: str, role: Role) -> asyncpg.Pool:
+    """The role's pool: at once for a command run by hand, else once PostgreSQL is up."""
+    if role.by_hand:
+        return await connect(dsn, min_size=role.pool_min, max_size=role.pool_max)
+    return await _connect_when_up(dsn, role)
 
 
 async def _connect_when_up(dsn: str, role: Role) -> asyncpg.Pool:

@@ -27,7 +27,7 @@ import asyncpg
 import httpx
 
 from pdfqueue.domain.addresses import host_refusal, is_loopback, refusal
-from pdfqueue.domain.errors import UnsafeCallback
+from pdfqueue.domain.errors import CallbackUnresolved, UnsafeCallback
 from pdfqueue.domain.models import COUNTERS, BatchSummary
 
 SIGNATURE_HEADER = "Pdfqueue-Signature"
@@ -88,7 +88,8 @@ def check_address(address: Address, target: Target) -> None:
 
 
 async def resolve(target: Target) -> list[Address]:
-    """Every address the host resolves to, each checked; UnsafeCallback if any is refused."""
+    """Every address the host resolves to, each checked; UnsafeCallback if any is refused,
+    CallbackUnresolved (one) if the host resolves to nothing."""
     try:
         literal = ipaddress.ip_address(target.host)
     except ValueError:
@@ -101,10 +102,10 @@ async def resolve(target: Target) -> list[Address]:
                 target.host, target.port, type=socket.SOCK_STREAM
             )
         except OSError as exc:
-            raise UnsafeCallback(target.url, "its host does not resolve") from exc
+            raise CallbackUnresolved(target.url) from exc
         found = [ipaddress.ip_address(info[4][0]) for info in infos]
     if not found:
-        raise UnsafeCallback(target.url, "its host does not resolve")
+        raise CallbackUnresolved(target.url)
     for address in found:
         check_address(address, target)
     return found

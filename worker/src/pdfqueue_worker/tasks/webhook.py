@@ -21,7 +21,12 @@ from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
-from pdfqueue.domain.errors import UnsafeCallback
+from pdfqueue.domain.errors import (
+    CallbackUnresolved,
+    TransientError,
+    UnsafeCallback,
+    transient_reason,
+)
 from pdfqueue.domain.models import BatchStatus, BatchSummary
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
@@ -108,27 +113,72 @@ class Delivery:
 @refills
 @observed_job("webhook", link=True)
 async def webhook(ctx: dict[str, Any], *, batch_id: str, retry_round: int) -> str:
-    """POST the batch's final counts to its callback; retry until webhook_deadline_s."""
+    """POST the batch's final counts to its callback; retry until webhook_deadline_s.
+
+    No failure ends a delivery unrecorded: a store that does not answer (reading the batch,
+    recording the attempt) or an error of no known kind is tried again with the backoff, as
+    a receiver that does not answer is; arq would otherwise fail the job for good."""
     deps: Deps = ctx["deps"]
-    delivery = await _delivery(deps, batch_id, retry_round, ctx["job_try"])
-    if isinstance(delivery, str):
-        return delivery
+    delivery: Delivery | None = None
+    try:
+        found = await _delivery(deps, batch_id, retry_round, ctx["job_try"])
+        if isinstance(found, str):
+            return found
+        delivery = found
+        return await _deliver(deps, ctx, delivery)
+    except Retry:
+        raise
+    except Exception as exc:
+        return _not_run(deps, ctx, batch_id, delivery, exc)
+
+
+async def _deliver(deps: Deps, ctx: dict[str, Any], delivery: Delivery) -> str:
+    """One attempt, recorded: delivered, refused for good, or tried again (Retry)."""
     if delivery.secret is None:
         await _note(deps, delivery, error="no webhook secret for the tenant")
         metrics.webhook_attempted("refused")
         return "no secret"
     try:
         code = await _post(deps, delivery, delivery.secret)
+    except CallbackUnresolved as exc:  # a name server may be down for a while: not a refusal
+        return await _failed(deps, ctx, delivery, exc.why)
     except UnsafeCallback as exc:
         await _note(deps, delivery, error=exc.why)
         metrics.webhook_attempted("refused")
-        log.warning("webhook refused: %s", exc.why, extra={"batch_id": batch_id})
+        log.warning("webhook refused: %s", exc.why, extra={"batch_id": delivery.batch_id})
         return f"refused: {exc.why}"
     except (httpx.HTTPError, OSError) as exc:
-        await _note(deps, delivery, error=type(exc).__name__)
-        return _again(deps, ctx, delivery.summary.completed_at, type(exc).__name__)
+        return await _failed(deps, ctx, delivery, type(exc).__name__)
+    except Exception as exc:  # not one the HTTP client is known to raise: a bug, say so
+        log.error(
+            "webhook attempt failed unexpectedly: %r",
+            exc,
+            exc_info=exc,
+            extra={"batch_id": delivery.batch_id},
+        )
+        return await _failed(deps, ctx, delivery, type(exc).__name__)
     await _note(deps, delivery, code)
     return _answered(deps, ctx, delivery, code)
+
+
+async def _failed(deps: Deps, ctx: dict[str, Any], delivery: Delivery, error: str) -> str:
+    """The attempt got no answer: recorded with `error`, then tried again or given up."""
+    await _note(deps, delivery, error=error)
+    return _again(deps, ctx, delivery.summary.completed_at, error)
+
+
+def _not_run(
+    deps: Deps, ctx: dict[str, Any], batch_id: str, delivery: Delivery | None, exc: Exception
+) -> str:
+    """Reading the batch or recording the attempt failed (Redis or PostgreSQL down, or a bug):
+    nothing may be recorded now, so the delivery runs again with the backoff (until the
+    deadline once the batch was read; while it cannot be read, its completion is unknown)."""
+    if isinstance(exc, TransientError):
+        log.warning("webhook attempt not run: %r", exc, extra={"batch_id": batch_id})
+    else:
+        log.error("webhook attempt failed: %r", exc, exc_info=exc, extra={"batch_id": batch_id})
+    completed_at = delivery.summary.completed_at if delivery is not None else None
+    return _again(deps, ctx, completed_at, transient_reason(exc))
 
 
 def _answered(deps: Deps, ctx: dict[str, Any], delivery: Delivery, code: int) -> str:
