@@ -20,6 +20,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from redis import Redis
 
 from bench import corpus, readdressed, stores
 from bench.pipeline import Bench, Deployment, _metrics, _stage_means, arq_timings
-from bench.procs import MB, Sampler
+from bench.procs import MB, Sampler, noise, with_noise
 from bench.report import save, utc_stamp
 from bench.report_rss import stream
 from pdfqueue.domain import keys
@@ -61,17 +62,20 @@ def follow(
     dep: Deployment, sampler: Sampler, path: Path, timeout_s: float, every_s: float
 ) -> dict[str, Any]:
     """Upload, then read the status every `every_s` until terminal, timing each read."""
-    t0, epoch0 = time.monotonic(), time.time()
+    t0, epoch0, machine = time.monotonic(), time.time(), noise()
     batch_id = dep.client.upload(path)["batch_id"]
     uploaded = time.monotonic() - t0
     api_uploaded = sampler.groups["api"].peak_rss
     dep.bench.batches.append(batch_id)
     reads: list[float] = []
     status: dict[str, Any] = {"status": "?"}
+    first_processed: float | None = None
     while time.monotonic() < t0 + timeout_s:
         started = time.perf_counter()
         status = dep.client.status(batch_id)
         reads.append(time.perf_counter() - started)
+        if first_processed is None and status.get("processed"):
+            first_processed = time.monotonic() - t0
         if status["status"] in TERMINAL:
             break
         time.sleep(every_s)
@@ -81,7 +85,9 @@ def follow(
     return {
         **status,
         "seconds": round(time.monotonic() - t0, 2),
+        "machine": with_noise(machine, time.monotonic() - t0),
         "upload_s": round(uploaded, 2),
+        "first_processed_s": None if first_processed is None else round(first_processed, 2),
         "api_peak_rss_mb_by_upload_end": round(api_uploaded / MB, 1),
         "epoch0": epoch0,
         "status_reads": {
@@ -247,10 +253,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_size(bench: Bench, args: argparse.Namespace, n: int) -> dict[str, Any]:
+def run_size(
+    bench: Bench,
+    args: argparse.Namespace,
+    n: int,
+    started: Callable[[Deployment], None] | None = None,
+) -> dict[str, Any]:
+    """One batch of `n` on a fresh deployment; `started(dep)` runs once its processes are up,
+    before the warm-up."""
     planned, path = load_corpus(args.corpus, n, args.seed)
     procs = args.extract_procs or max(1, (os.cpu_count() or 1) // args.workers)
     with Deployment(bench, args.workers, procs, f"mission-{n}") as dep:
+        if started is not None:
+            started(dep)
         dep.warm_up()
         asyncio.run(corpus.reseed(bench.database_url, bench.schema, planned))
         m = measure(dep, path, n, args)

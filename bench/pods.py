@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import statistics
@@ -27,32 +28,16 @@ from typing import Any
 
 from bench import mission
 from bench.corpus import CACHE
-from bench.pipeline import Bench
+from bench.cpugroup import weighted_like_pods
+from bench.pipeline import Bench, Deployment
 from bench.podsplot import plot
-from bench.podsrelease import Release, start_node, stop_node
+from bench.podsrelease import Release, node_cpu_s, start_node, stop_node
 from bench.podsreport import compare, table
 from bench.podstats import pods_report
 from bench.podswatch import KubeAccess, Watcher
-from bench.procs import machine_busy_s
+from bench.procs import noise, with_noise
 from bench.report import save, utc_stamp
 from pdfqueue.cli.client import Client
-
-
-def noise() -> dict[str, float]:
-    """The machine's state now: load and busy CPU so far, to say how loud a run's figures are."""
-    return {"load_1m": os.getloadavg()[0], "busy_cpu_s": machine_busy_s()}
-
-
-def with_noise(started: dict[str, float], seconds: float) -> dict[str, float]:
-    """What the whole machine did during a run: its load, and its cores' busy share."""
-    ended = noise()
-    busy = (ended["busy_cpu_s"] - started["busy_cpu_s"]) / max(seconds, 1e-9)
-    return {
-        "load_1m_start": round(started["load_1m"], 2),
-        "load_1m_end": round(ended["load_1m"], 2),
-        "busy_cores": round(busy, 2),
-        "cores": os.cpu_count() or 1,
-    }
 
 
 def pods_run(
@@ -67,7 +52,7 @@ def pods_run(
     try:
         time.sleep(2 * args.every_s)  # the baseline tick: CPU the running pods had already used
         watcher.t0 = t0 = time.monotonic()
-        machine = noise()
+        machine, node_cpu = noise(), node_cpu_s(release.node_dir)
         with Client(release.api_url, release.token, timeout_s=600) as client:
             watcher.batch_id = client.upload(path)["batch_id"]
         watcher.timeline.uploaded_s = round(time.monotonic() - t0, 2)
@@ -76,6 +61,7 @@ def pods_run(
             raise SystemExit(f"batch {watcher.batch_id} not terminal in {timeout:.0f}s")
         seconds = time.monotonic() - t0
         machine = with_noise(machine, seconds)
+        machine["node_processes_cpu_s"] = round(node_cpu_s(release.node_dir) - node_cpu, 2)
         watcher.zero.wait(args.zero_timeout_s)
     finally:
         watcher.stop()
@@ -112,27 +98,44 @@ def local_run(path: Path, args: argparse.Namespace, stamp: str, rnd: int) -> dic
     )
     bench = Bench.from_environ(f"p{stamp.lower()}{rnd}", CACHE / f"logs-pods-{stamp}")
     asyncio.run(bench.prepare())
-    started, machine = time.monotonic(), noise()
+    started, deployment_machine = time.monotonic(), noise()
+    group: dict[str, Any] = {}
     try:
-        m = mission.run_size(bench, margs, args.files)
+        with contextlib.ExitStack() as stack:
+            adopt = None
+            if args.local_cgroup:
+                cgroup = stack.enter_context(weighted_like_pods(f"pdfqueue-bench-{stamp}"))
+                group = {"path": str(cgroup.path), "weight": cgroup.weight}
+
+                def adopt(dep: Deployment) -> None:
+                    """The services first, then the API and workers with their children."""
+                    cgroup.adopt([*bench.services.values(), *(c.pid for c in dep.children)])
+
+            m = mission.run_size(bench, margs, args.files, started=adopt)
     finally:
         asyncio.run(bench.cleanup())
-    per = m["per_pdf"]
-    # over the mission's whole deployment (start, warm-up, batch, report), not the batch alone
-    machine = with_noise(machine, time.monotonic() - started)
+    per, run = m["per_pdf"], m["run"]
     cpu = per["worker_cpu_ms"] + per["api_cpu_ms"] + sum(per["services_cpu_ms"].values())
+    first = run.get("first_processed_s")
     return {
         "status": per["status"],
         "seconds": per["seconds"],
         "goodput": per["goodput"],
+        "upload_s": run["upload_s"],
+        "first_processed_s": first,
+        "first_to_last_pdf_s": None if first is None else round(run["seconds"] - first, 2),
         "workers": margs.workers,
+        "extract_processes": m["extract_processes"],
         "worker_cpu_ms": per["worker_cpu_ms"],
         "api_cpu_ms": per["api_cpu_ms"],
         "services_cpu_ms": per["services_cpu_ms"],
         "worker_peak_rss_mb": per["worker_peak_rss_mb"],
         "api_peak_rss_mb": per["api_peak_rss_mb"],
         "cpu_ms_per_pdf": round(cpu, 3),
-        "machine": machine,
+        "machine": run["machine"],
+        "cpu_group": group or None,
+        # the mission's whole deployment: start, warm-up, batch, report
+        "machine_deployment": with_noise(deployment_machine, time.monotonic() - started),
     }
 
 
@@ -148,6 +151,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout-per-pdf", type=float, default=0.05, help="s on top of 300 (0.05)")
     p.add_argument("--zero-timeout-s", type=float, default=300, help="wait for 0 workers (300)")
     p.add_argument("--keep-node", action="store_true", help="leave the real node running")
+    p.add_argument(
+        "--no-local-cgroup",
+        dest="local_cgroup",
+        action="store_false",
+        help="leave the local processes in the root CPU group (default: one group weighted "
+        "as kubepods, see bench/cpugroup.py)",
+    )
     p.add_argument(
         "--node-dir",
         type=Path,

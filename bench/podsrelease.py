@@ -17,6 +17,7 @@ import asyncpg
 import yaml
 
 from bench.podswatch import Target
+from bench.procs import snapshot
 from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.realnode import chart_image_values, image_refs, node_env, run
 from pdfqueue_dev.samples import Corpus, seed_users
@@ -27,6 +28,8 @@ KUBE_SH = ROOT / "tools/kube.sh"
 IMAGES_SH = ROOT / "tools/images.sh"
 KIND_VALUES = ROOT / "k8s/kind-values.yaml"
 """The e2e's values: small requests, short scaling windows, an API token."""
+BENCH_VALUES = ROOT / "bench/pods-values.yaml"
+"""Over the e2e's: the S3 pod's objects in memory, as the local side's are, and the like."""
 BIN = Path("/var/cache/pdfqueue-tools/bin")
 RELEASE = "pdfqueue"
 NODE_CANNOT = 3
@@ -46,6 +49,19 @@ def start_node(node_dir: Path) -> None:
     if check.returncode != 0:
         raise SystemExit(f"no real node here: {check.stderr.strip()[-2000:]}")
     run("bash", KUBE_SH, "up", node_dir, "--real-node", timeout=3600, env=env)
+
+
+def node_cpu_s(node_dir: Path) -> float:
+    """CPU used so far by the node's own processes, the pods' outside: the control plane,
+    kubelet, containerd, kube-proxy and CoreDNS (`tools/kube.sh`'s pidfiles), and each pod's
+    containerd shim with what it reaped (runc, probes)."""
+    procs = snapshot()
+    pids = set()
+    for pidfile in (node_dir / "run").glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pids.add(int(pidfile.read_text().split()[0]))
+    pids |= {pid for pid, p in procs.items() if p.comm.startswith("containerd-shim")}
+    return sum(procs[pid].cpu_s for pid in pids if pid in procs)
 
 
 def stop_node(node_dir: Path) -> None:
@@ -143,6 +159,7 @@ class Release:
             "worker_resources": yaml.safe_load(KIND_VALUES.read_text())["worker"]["resources"],
             "autoscaling": worker["autoscaling"],
             "stores": "the chart's own Redis, PostgreSQL and S3 (versitygw) pods",
+            "bench_values": yaml.safe_load(BENCH_VALUES.read_text()),
         }
 
     @classmethod
@@ -160,8 +177,8 @@ class Release:
         helm = (BIN / "helm", f"--kubeconfig={release.kubeconfig}", "-n", release.namespace)
         try:
             started = time.monotonic()
-            run(*helm, "install", RELEASE, CHART, "-f", KIND_VALUES, "-f", path, "--wait",
-                "--timeout", "10m", timeout=900)  # fmt: skip
+            run(*helm, "install", RELEASE, CHART, "-f", KIND_VALUES, "-f", BENCH_VALUES,
+                "-f", path, "--wait", "--timeout", "10m", timeout=900)  # fmt: skip
             print(f"  helm install --wait took {time.monotonic() - started:.0f}s", flush=True)
             yield release
         finally:

@@ -140,6 +140,8 @@ class Watcher:
         if status.get("status") in TERMINAL and not self.completed.is_set():
             self.final = status
             self.timeline.completed_s = t_s
+            for record in self.records.values():  # read earlier in this same tick
+                record.mark_completed()
             self.completed.set()
         last = self.timeline.points[-1]
         if self.completed.is_set() and last.desired == 0 and last.pods == 0:

@@ -109,6 +109,30 @@ def machine_busy_s() -> float:
     return (sum(parts[:8]) - idle) / TICK
 
 
+def noise() -> dict[str, float]:
+    """The machine's state now: load and busy CPU so far, to say how loud a run's figures are,
+    and this bench process's own CPU (its uploads, status reads and sampling)."""
+    return {
+        "load_1m": os.getloadavg()[0],
+        "busy_cpu_s": machine_busy_s(),
+        "bench_cpu_s": time.process_time(),
+    }
+
+
+def with_noise(started: dict[str, float], seconds: float) -> dict[str, float]:
+    """What the whole machine did since `started` (a `noise()`): its load, and its cores' busy
+    share, whoever kept them busy."""
+    ended = noise()
+    busy = (ended["busy_cpu_s"] - started["busy_cpu_s"]) / max(seconds, 1e-9)
+    return {
+        "load_1m_start": round(started["load_1m"], 2),
+        "load_1m_end": round(ended["load_1m"], 2),
+        "busy_cores": round(busy, 2),
+        "cores": os.cpu_count() or 1,
+        "bench_process_cpu_s": round(ended["bench_cpu_s"] - started["bench_cpu_s"], 2),
+    }
+
+
 @dataclass
 class Group:
     """One measured thing: a process tree (the main process and, separately, its children)."""

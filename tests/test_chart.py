@@ -147,6 +147,7 @@ def test_schema_covers_every_value_and_nothing_else() -> None:
     [
         (["--set", "worker.bogus=1"], "additional properties 'bogus' not allowed"),
         (["--set", "api.image.tag=latest"], "api/image/tag"),
+        (["--set", "s3.persistence.emptyDir.medium=Disk"], "/s3/persistence/emptyDir/medium"),
         (["--set", "redis.enabled=false"], "externalRedis"),
         (["--set", "postgresql.enabled=false"], "externalDatabase"),
         (["--set", "api.uploadPartBytes=1048576"], "uploadPartBytes"),
@@ -440,6 +441,31 @@ def test_bundled_services_probes_and_update_strategies_are_values() -> None:
     assert c["livenessProbe"]["initialDelaySeconds"] == 60
     assert c["livenessProbe"]["exec"] == c["readinessProbe"]["exec"]  # pg_isready, both
     assert "readinessProbe" not in _bundled(tuned, "redis")[1]
+
+
+def test_the_s3_objects_live_on_a_pvc_or_in_an_emptydir() -> None:
+    sts, c = _bundled(render("default"), "s3")
+    assert [v["metadata"]["name"] for v in sts["spec"]["volumeClaimTemplates"]] == ["data"]
+    assert "data" not in {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert c["args"][-2:] == ["posix", "/data"]
+    in_memory = render(
+        "default",
+        *("--set", "s3.persistence.enabled=false"),
+        *("--set", "s3.persistence.emptyDir.medium=Memory"),
+        *("--set", "s3.persistence.emptyDir.sizeLimit=1536Mi"),
+        *("--set", "s3.extraArgs={--quiet}"),
+    )
+    sts, c = _bundled(in_memory, "s3")
+    assert "volumeClaimTemplates" not in sts["spec"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1536Mi"}
+    assert {m["name"]: m["mountPath"] for m in c["volumeMounts"]}["data"] == "/data"
+    assert c["args"][-3:] == ["--quiet", "posix", "/data"]  # options before the backend
+    on_disk = render("default", "--set", "s3.persistence.enabled=false")
+    volumes = {
+        v["name"]: v for v in _bundled(on_disk, "s3")[0]["spec"]["template"]["spec"]["volumes"]
+    }
+    assert volumes["data"]["emptyDir"] == {}
 
 
 def test_update_strategies_are_values() -> None:

@@ -158,6 +158,9 @@ def test_the_timeline_summary_reads_the_scale_up_and_the_return_to_zero() -> Non
     assert summary["max_replicas"] == 2
     assert summary["max_replicas_after_upload_s"] == 3.2
     assert summary["completed_s"] == 9.0
+    assert summary["first_worker_ready_s"] == 2.5  # from the start of the upload
+    assert summary["first_processed_s"] == 4.0
+    assert summary["first_to_last_pdf_s"] == 5.0
     assert summary["scaled_to_zero_after_completed_s"] == 15.0
     assert summary["last_worker_gone_after_completed_s"] == 17.0
 
@@ -203,9 +206,41 @@ def test_the_pods_report_sums_cpu_per_linked_pdf_and_names_oom_kills() -> None:
     report = pods_report([worker, api, never_read], linked=2000)
     assert report["cpu_ms_per_linked_pdf"] == 4.0  # (2 + 6) s over 2,000 PDFs
     assert report["cpu_ms_per_linked_pdf_by_component"] == {"api": 1.0, "worker": 3.0}
+    assert report["cpu_ms_per_linked_pdf_with_tail"] == 4.0  # never marked: no tail known
     assert report["oom_killed"] == ["worker-1"]
     assert [p["name"] for p in report["pods"]] == ["api-1", "worker-1"]
     assert report["pods"][1]["peak_of_limit"] == 0.5
+
+
+def _reading(cpu_s: float) -> Any:
+    return parse_reading(
+        {
+            "cpuacct.usage": str(int(cpu_s * 1e9)),
+            "memory.usage_in_bytes": "10",
+            "memory.max_usage_in_bytes": "20",
+        }
+    )
+
+
+def test_the_cpu_per_pdf_stops_at_completed_and_the_tail_is_apart() -> None:
+    api, worker = PodRecord("api-1", "api", None), PodRecord("worker-1", "worker", None)
+    api.see(_reading(10.0), baseline=True)  # running before the upload: only its CPU since
+    worker.see(_reading(1.0), baseline=False)  # started during the run: all of it
+    api.see(_reading(11.0), baseline=False)
+    worker.see(_reading(7.0), baseline=False)
+    for record in (api, worker):
+        record.mark_completed()
+    api.see(_reading(11.5), baseline=False)  # the idle tail until the workers are back at 0
+    worker.see(_reading(9.0), baseline=False)
+    worker.mark_completed()  # a later tick changes nothing
+    assert (api.cpu_to_completed_s, worker.cpu_to_completed_s) == (1.0, 7.0)
+    assert (api.cpu_s, worker.cpu_s) == (1.5, 9.0)
+    report = pods_report([api, worker], linked=1000)
+    assert report["cpu_ms_per_linked_pdf"] == 8.0
+    assert report["cpu_ms_per_linked_pdf_by_component"] == {"api": 1.0, "worker": 7.0}
+    assert report["cpu_ms_per_linked_pdf_with_tail"] == 10.5
+    assert report["cpu_ms_per_linked_pdf_with_tail_by_component"] == {"api": 1.5, "worker": 9.0}
+    assert [p["cpu_to_completed_s"] for p in report["pods"]] == [1.0, 7.0]
 
 
 def test_a_pod_seen_first_mid_run_counts_all_its_cpu() -> None:
@@ -240,6 +275,13 @@ def test_the_comparison_holds_pods_to_ten_percent_of_local_processes() -> None:
     assert _round(91.0, 100.0)["comparison"]["within_target"] is True
     assert _round(89.0, 100.0)["comparison"]["within_target"] is False
     assert compare({"pods": {"goodput": 1.0}}) == {}
+
+
+def test_the_comparison_also_sets_the_first_to_last_pdf_side_by_side() -> None:
+    row = _round(89.0, 100.0)
+    row["local"]["first_to_last_pdf_s"] = 4.0  # the pods' timeline: 5.0 s from first to last
+    assert compare(row)["pods_over_local_goodput_first_to_last_pdf"] == 0.8
+    assert "pods_over_local_goodput_first_to_last_pdf" not in row["comparison"]  # not measured
 
 
 def test_the_table_shows_each_round_and_its_pods() -> None:
