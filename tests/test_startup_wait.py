@@ -14,7 +14,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime import connections as runtime
 from pdfqueue.runtime.connections import Stores, worker_role
 from pdfqueue_api import runtime as api_runtime
-from pdfqueue_api.events import BatchFeed
+from pdfqueue_api.batch_feed import BatchFeed
 from pdfqueue_api.runtime import ApiRuntime
 from pdfqueue_dev.processes import free_port
 
