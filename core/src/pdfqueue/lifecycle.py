@@ -354,7 +354,8 @@ class Lifecycle:
         if (state or stale) and await self.restore(batch_id, stale=stale):
             what.append("state")
         live = await self.state.read(batch_id)
-        if live is not None and live.summary.status in TERMINAL:
+        settled = live is not None and live.summary.status in TERMINAL
+        if live is not None and settled:
             if live.summary.status is BatchStatus.COMPLETED:
                 await self._completed(batch_id, first=bool(what))
             else:
@@ -389,7 +390,7 @@ class Lifecycle:
                 "?" if summary.total_files is None else summary.total_files,
                 extra={"batch_id": batch_id},
             )
-        return Rebuilt(batch_id, row.tenant, tuple(what), summary)
+        return Rebuilt(batch_id, row.tenant, tuple(what), summary, settled=settled)
 
 
 @dataclass(frozen=True)
@@ -401,3 +402,5 @@ class Rebuilt:
     tenant: str
     what: tuple[str, ...]
     summary: BatchSummary | None = None
+    settled: bool = False
+    """The batch had ended in Redis only and its end is now recorded in PostgreSQL."""

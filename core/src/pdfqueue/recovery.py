@@ -184,7 +184,7 @@ async def reconcile_running(
             continue
         if done is None:
             report.busy.append(batch_id)
-        elif done.what or health.ended_live:
+        elif done.what or done.settled:  # not when its writer finished it in between
             report.rebuilt.append(done)
     if report.rebuilt or report.failed:
         log.info(
