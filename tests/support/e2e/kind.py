@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pdfqueue_dev.processes import free_port
+from pdfqueue_dev.realnode import run
 from tests.support.chartfix import ROOT
 
 NAMESPACE = "pdfqueue"  # skaffold.yaml's release namespace
@@ -62,21 +63,7 @@ class KindDriver:
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
 
     def _run(self, *argv: str, timeout: float = 600) -> str:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            env=self._env(),
-            timeout=timeout,
-            check=False,
-            cwd=ROOT,
-        )
-        if proc.returncode != 0:
-            raise AssertionError(
-                f"{' '.join(argv)} exited {proc.returncode}:\n"
-                f"{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}"
-            )
-        return proc.stdout
+        return run(*argv, timeout=timeout, env=self._env())
 
     def kubectl(self, *args: str) -> str:
         self._guard()
