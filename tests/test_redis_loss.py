@@ -75,6 +75,24 @@ async def api_client(run: Run) -> AsyncIterator[httpx.AsyncClient]:
             yield http
 
 
+async def hold_once_started(runs: list[Run], timeout_s: float = 90) -> None:
+    """SIGSTOP every worker the moment every batch has started, so that Redis is lost in the
+    middle of each: the workers share one queue, so any of them can finish any batch, and
+    stopping one run's workers while waiting for another would not hold it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        summaries = [await run.summary() for run in runs]
+        if all(started(s) for s in summaries):
+            break
+        assert time.monotonic() < deadline, f"not every batch started: {summaries}"
+        await asyncio.sleep(0.05)
+    for run in runs:
+        for worker in run.workers:
+            worker.signal(signal.SIGSTOP)
+    summaries = [await run.summary() for run in runs]
+    assert not any(done(s) for s in summaries), f"a batch ended before the loss: {summaries}"
+
+
 async def upload(http: httpx.AsyncClient, run: Run) -> httpx.Response:
     body = run.zip_path.read_bytes()
     return await http.post("/v1/batches", files={"file": ("cvs.zip", body, "application/zip")})
@@ -88,8 +106,9 @@ async def test_redis_lost_mid_batch_both_batches_complete_exactly(
         "PDFQUEUE_QUOTA_CONCURRENT_BATCHES": "1",
     }
     by_api: Run = await run_factory(80, seed=900, register=False)
-    # jobs of 4 PDFs: progress in small steps, so the batches are seen started long before done
-    slower = SLOW | {"PDFQUEUE_PDFS_PER_JOB": "4"}
+    # jobs of 4 PDFs, one at a time per batch: progress in small steps, so that the batches
+    # are seen started long before done
+    slower = SLOW | {"PDFQUEUE_PDFS_PER_JOB": "4", "PDFQUEUE_DISPATCH_BATCH_WINDOW_JOBS": "1"}
     by_api.env |= slower | api_env
     uid = str(uuid.uuid4())
     by_operator: Run = await run_factory(80, seed=901, tenant="ops", pdfbatch_uid=uid)
@@ -100,10 +119,7 @@ async def test_redis_lost_mid_batch_both_batches_complete_exactly(
         by_api.batch_id = accepted.json()["batch_id"]
         for run in (by_api, by_operator):
             run.start_worker()
-        for run in (by_api, by_operator):
-            await run.wait_until("started", started, timeout_s=90)
-            for worker in run.workers:  # held where they are, so Redis is lost mid-batch
-                worker.signal(signal.SIGSTOP)
+        await hold_once_started([by_api, by_operator])
         refused = await upload(http, by_api)  # the running batch holds acme's one slot
         assert refused.status_code == 429, refused.text
 

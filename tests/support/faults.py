@@ -92,7 +92,8 @@ class Run:
     def start_worker(self) -> Child:
         """A worker in its own process group, like a pod."""
         argv = [sys.executable, "-m", "pdfqueue.cli.main", "worker"]
-        worker = Child(f"worker-{len(self.workers)}", argv, {**os.environ, **self.env}, self.logs)
+        name = f"worker-{self.zip_path.stem}-{len(self.workers)}"  # runs may share `logs`
+        worker = Child(name, argv, {**os.environ, **self.env}, self.logs)
         self.workers.append(worker)
         return worker
 
@@ -114,8 +115,12 @@ class Run:
             f"batch {self.batch_id} {what}",
             timeout_s,
             interval_s=0.3,
-            diagnostics=lambda: f"its summary: {seen}",
+            diagnostics=lambda: f"its summary: {seen}{self._exited()}",
         )
+
+    def _exited(self) -> str:
+        gone = [w for w in self.workers if not w.alive()]
+        return "".join(f"\n{w.name} exited:\n{w.log_tail(20)}" for w in gone)
 
     async def summary(self) -> dict[str, Any]:
         conn = await asyncpg.connect(self.env["PDFQUEUE_DATABASE_URL"])
