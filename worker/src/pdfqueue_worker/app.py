@@ -13,10 +13,8 @@ from typing import Any
 
 from arq import Worker, func
 from arq.connections import RedisSettings
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, RedisUnavailable
+from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
@@ -25,7 +23,7 @@ from pdfqueue.runtime.connections import Stores, worker_role
 from pdfqueue.runtime.gauges import QueueGauges
 from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
-from pdfqueue.stores.queue import check_durability, deserialize, serialize
+from pdfqueue.stores.queue import check_durability, deserialize, serialize, worker_lost_redis
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deliveries import Deliveries
 from pdfqueue_worker.deps import Deps
@@ -221,7 +219,8 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
 def supervise(make_worker: Callable[[], Worker], max_delay_s: float = 30.0) -> int:
     """Run arq workers until one ends normally; a lost Redis means wait and reconnect.
 
-    arq's worker dies when Redis goes away. Producers should fail fast, but a worker should
+    arq's worker dies when Redis goes away (`worker_lost_redis` knows the forms that takes).
+    Producers should fail fast, but a worker should
     ride out a Redis restart: release what this worker holds (the extraction pool, the
     database pool), back off, and start a fresh worker. With AOF on, no job is lost; jobs
     that were running run again once their in-progress keys expire.
@@ -231,7 +230,9 @@ def supervise(make_worker: Callable[[], Worker], max_delay_s: float = 30.0) -> i
         worker = make_worker()
         try:
             worker.run()
-        except (RedisConnectionError, RedisTimeoutError, RedisUnavailable, OSError) as exc:
+        except Exception as exc:
+            if not worker_lost_redis(exc):
+                raise
             log.error("lost Redis (%r); reconnecting in %.0fs", exc, delay)
             worker.loop.run_until_complete(shutdown(worker.ctx))
             time.sleep(delay)

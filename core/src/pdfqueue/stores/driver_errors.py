@@ -121,6 +121,16 @@ _REDIS_TRANSIENT = (
 )
 
 
+def redis_connection_lost(exc: BaseException) -> bool:
+    """Whether redis-py says its connection dropped: a ConnectionError or TimeoutError, or the
+    WatchError it raises instead, while handling one, when that connection held a WATCH
+    (arq's `start_jobs` does; so does `BatchState.restore`), which would otherwise read as
+    "a watched key changed"."""
+    if isinstance(exc, rx.WatchError) and exc.__context__ is not None:
+        exc = exc.__context__
+    return isinstance(exc, (rx.ConnectionError, rx.TimeoutError, OSError, TimeoutError))
+
+
 def redis_error(exc: BaseException) -> PdfQueueError:
     """The pdfqueue error for one of redis-py's (or the socket's): misconfigured for refused
     credentials, `RedisUnavailable` for a server down, full, loading or failing over,

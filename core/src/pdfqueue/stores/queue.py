@@ -14,9 +14,17 @@ from arq.jobs import serialize_job
 from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
+from pdfqueue.domain.errors import RedisUnavailable
 from pdfqueue.observability.tracing import producer_span
-from pdfqueue.stores.driver_errors import redis_errors, typed_call
+from pdfqueue.stores.driver_errors import redis_connection_lost, redis_errors, typed_call
 from pdfqueue.stores.scripts import lua
+
+
+def worker_lost_redis(exc: BaseException) -> bool:
+    """Whether an exception out of arq's worker loop (which calls redis-py itself, not
+    through a store) means Redis went away, so that the worker should reconnect, not end."""
+    return isinstance(exc, RedisUnavailable) or redis_connection_lost(exc)
+
 
 JOB_EXPIRES_MS = 7 * 24 * 3600 * 1000
 """A job not started within this long is dropped by arq; a week outlasts any idle cluster."""

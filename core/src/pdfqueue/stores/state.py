@@ -20,7 +20,7 @@ from pdfqueue.domain.models import (
     Outcome,
     OwnedBatch,
 )
-from pdfqueue.stores.driver_errors import redis_errors, typed_methods
+from pdfqueue.stores.driver_errors import redis_connection_lost, redis_errors, typed_methods
 from pdfqueue.stores.scripts import lua
 
 _RECORD = lua("record_outcome")
@@ -122,8 +122,10 @@ class BatchState:
             pipe.expire(done, self.ttl_s)
             try:
                 await pipe.execute()
-            except WatchError:  # written meanwhile, by another restore or `create`
-                return False
+            except WatchError as exc:
+                if redis_connection_lost(exc):  # not a write: Redis went away
+                    raise
+                return False  # written meanwhile, by another restore or `create`
         return True
 
     async def brief(self, batch_ids: Sequence[str]) -> dict[str, tuple[BatchStatus, int]]:
