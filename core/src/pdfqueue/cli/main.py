@@ -398,7 +398,8 @@ def print_summary(status: dict[str, Any], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(status))
         return
-    table = Table(title=f"batch {status['batch_id']}: {status['status']}")
+    title = f"batch {status['batch_id']}: {status['status']}"
+    table = Table(title=title, min_width=len(title))  # the title on one line, not wrapped
     table.add_column("")
     table.add_column("files", justify="right")
     for field in ("total_files", "processed", *OUTCOME_LABELS, "ignored"):
