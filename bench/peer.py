@@ -101,6 +101,19 @@ def _clean(bench: Bench, existing: set[bytes], window_ms: tuple[int, int]) -> in
     return len(keys)
 
 
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def result_line(log: Path, offset: int) -> str | None:
+    """The peer's `{"peer": ...}` line written past `offset` of its log: the run just ended,
+    not an earlier round of the same corpus appended before it."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    return next((x for x in text.splitlines() if x.startswith('{"peer')), None)
+
+
 def run_peer(
     bench: Bench, n: int, seed: int, timeout_s: float, density: Density = Density.SPARSE
 ) -> dict[str, Any]:
@@ -111,8 +124,10 @@ def run_peer(
     existing = _peer_keys(bench)
     t0_ms = int(time.time() * 1000)
     argv = ["node", str(workdir / "peer.js"), str(path)]  # node_modules resolve next to peer.js
-    # one log per corpus: Child appends, and the result line is read back from it
-    child = Child(f"peer-{density}-{n}", argv, peer_env(bench), bench.log_dir, launcher=False)
+    # one log per corpus: Child appends, and this run's result line is read back from it
+    name = f"peer-{density}-{n}"
+    offset = log_size(bench.log_dir / f"{name}.log")
+    child = Child(name, argv, peer_env(bench), bench.log_dir, launcher=False)
     sampler = Sampler(0.1, services=bench.services)
     sampler.watch("peer", child.main_pid)
     started = time.monotonic()
@@ -126,14 +141,7 @@ def run_peer(
         sampler.stop()
         child.stop(timeout_s=5)
     wall = time.monotonic() - started
-    line = next(
-        (
-            x
-            for x in child.log_path.read_text(errors="replace").splitlines()
-            if x.startswith('{"peer')
-        ),
-        None,
-    )
+    line = result_line(child.log_path, offset)
     linked_db, _ = asyncio.run(corpus.linked_in_db(bench.database_url, bench.schema))
     objects = _clean(bench, existing, (t0_ms, int(time.time() * 1000)))
     result: dict[str, Any] = {

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import peer, report
 
 
 def _pair(round_: int, mine: float, peer: float, cpu: float) -> list[dict[str, Any]]:
@@ -36,3 +38,17 @@ def test_one_bad_round_does_not_carry_the_median_but_a_failure_in_any_round_miss
     (row,) = report.ratios(runs)
     assert row["goodput_ratio"] == 3.0
     assert not row["met"]
+
+
+def test_each_peer_round_reads_its_own_result_line(tmp_path: Path) -> None:
+    """The peer's log is one per corpus and appended to: round 2 must read round 2's line,
+    or every round is paired with the first round's peer."""
+    log = tmp_path / "peer-typical-3000.log"
+    rounds = []
+    for seconds in (12.2, 14.8):
+        offset = peer.log_size(log)
+        with log.open("a") as f:
+            f.write(f'npm notice\n{{"peer": "seed-node", "seconds": {seconds}}}\n')
+        rounds.append(peer.result_line(log, offset))
+    assert [json.loads(line or "{}")["seconds"] for line in rounds] == [12.2, 14.8]
+    assert peer.result_line(log, peer.log_size(log)) is None  # a run that printed nothing
