@@ -1,9 +1,10 @@
 """A Redis that drops the connection under a WATCH: redis-py then raises WatchError, which
 must count as a lost connection (reconnect, retry later), never as "a watched key changed".
 
-The server here speaks just enough RESP for redis-py: it answers every command with +OK
-and closes the connection on the first command after a WATCH, as a Redis killed mid-
-transaction does (arq's `start_jobs` and `BatchState.restore` both WATCH).
+The server here speaks just enough RESP for redis-py: it answers EXISTS with 0 and every
+other command with +OK, and closes the connection at a given command once a WATCH is held,
+as a Redis killed mid-transaction does (arq's `start_jobs` and `BatchState.restore` both
+WATCH).
 """
 
 from __future__ import annotations
@@ -37,25 +38,31 @@ async def _command(reader: asyncio.StreamReader) -> list[bytes]:
     return args
 
 
-async def _drop_after_watch(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    watching = False
-    try:
-        while True:
-            name = (await _command(reader))[0].upper()
-            if watching:
-                break  # the connection dies under the WATCH
-            watching = name == b"WATCH"
-            writer.write(b"+OK\r\n")
-            await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError, ValueError):
-        pass
-    finally:
-        writer.close()
+def _drop_after_watch(at: bytes | None) -> Any:
+    """A connection handler that closes the connection at command `at` (None: the first
+    command) after a WATCH."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        watching = False
+        try:
+            while True:
+                name = (await _command(reader))[0].upper()
+                if watching and (at is None or name == at):
+                    break  # the connection dies under the WATCH
+                watching = watching or name == b"WATCH"
+                writer.write(b":0\r\n" if name == b"EXISTS" else b"+OK\r\n")
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    return handle
 
 
 @asynccontextmanager
-async def dropping_redis() -> AsyncIterator[Redis]:
-    server = await asyncio.start_server(_drop_after_watch, "127.0.0.1", 0)
+async def dropping_redis(at: bytes | None = None) -> AsyncIterator[Redis]:
+    server = await asyncio.start_server(_drop_after_watch(at), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     redis = Redis(host="127.0.0.1", port=port, socket_connect_timeout=2)
     try:
@@ -97,11 +104,12 @@ async def test_a_watch_cut_by_a_dropped_connection_is_a_lost_connection(dropping
     assert not redis_connection_lost(rx.WatchError("Watched variable changed."))
 
 
+@pytest.mark.parametrize("at", [b"EXISTS", b"MULTI"])
 async def test_restoring_live_state_over_a_dropped_connection_says_redis_is_unavailable(
-    dropping: Redis,
+    at: bytes,
 ) -> None:
-    """Not False ("another restore wrote it first"): nothing was written, and the rebuild
-    that asked must try again."""
+    """Dropped at its check or at its transaction: not False ("another restore wrote it
+    first"), since nothing was written, and the rebuild that asked must try again."""
     now = datetime.now(UTC)
     summary = BatchSummary(
         batch_id="0" * 32,
@@ -114,8 +122,9 @@ async def test_restoring_live_state_over_a_dropped_connection_says_redis_is_unav
         failed=0,
         created_at=now,
     )
-    with pytest.raises(RedisUnavailable):
-        await BatchState(dropping, ttl_s=60).restore(summary, "acme", {0: "linked"})
+    async with dropping_redis(at) as redis:
+        with pytest.raises(RedisUnavailable):
+            await BatchState(redis, ttl_s=60).restore(summary, "acme", {0: "linked"})
 
 
 class _Worker:
