@@ -162,6 +162,6 @@ def test_the_worker_ends_on_a_watch_error_that_is_not_a_lost_connection() -> Non
     worker = _Worker(rx.WatchError("Watched variable changed."))
     try:
         with pytest.raises(rx.WatchError):
-            app.supervise(lambda: worker)  # type: ignore[arg-type,return-value]
+            app.supervise(lambda: worker)
     finally:
         worker.loop.close()
