@@ -26,6 +26,7 @@ from pdfqueue.recovery import reconcile_batch, reconcile_if_reset, reconcile_run
 from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.queue import queued_with_prefix, remove
+from pdfqueue_dev.processes import wait_until_async
 from tests.support import faults
 from tests.support.faults import (
     Run,
@@ -79,13 +80,19 @@ async def hold_once_started(runs: list[Run], timeout_s: float = 90) -> None:
     """SIGSTOP every worker the moment every batch has started, so that Redis is lost in the
     middle of each: the workers share one queue, so any of them can finish any batch, and
     stopping one run's workers while waiting for another would not hold it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        summaries = [await run.summary() for run in runs]
-        if all(started(s) for s in summaries):
-            break
-        assert time.monotonic() < deadline, f"not every batch started: {summaries}"
-        await asyncio.sleep(0.05)
+    seen: list[dict[str, object]] = []
+
+    async def all_started() -> list[dict[str, object]] | None:
+        seen[:] = [await run.summary() for run in runs]
+        return list(seen) if all(started(s) for s in seen) else None
+
+    await wait_until_async(
+        all_started,
+        "every batch started",
+        timeout_s,
+        interval_s=0.05,
+        diagnostics=lambda: f"their summaries: {seen}",
+    )
     for run in runs:
         for worker in run.workers:
             worker.signal(signal.SIGSTOP)
