@@ -44,6 +44,19 @@ async def set_file(browser: DevTools, selector: str, path: Path) -> None:
     await browser.call("DOM.setFileInputFiles", nodeId=node["nodeId"], files=[str(path)])
 
 
+async def open_page(browser: DevTools, url: str, width: int, height: int) -> None:
+    """Load the page at `url` in a desktop window of `width` x `height` pixels."""
+    await browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=width,
+        height=height,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
+    await browser.call("Page.navigate", url=url)
+    await browser.wait_for("Page.loadEventFired")
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.settings(pdfs_per_job=2, worker_max_jobs=1)  # slow enough to be seen running
 async def test_page_follows_an_upload_to_its_report(
@@ -56,15 +69,7 @@ async def test_page_follows_an_upload_to_its_report(
     shots = DOCS if UPDATE_SCREENSHOTS else tmp_path
     corpus, path = await make_corpus(150, seed=41)
     expected = corpus.counts()
-    await browser.call(
-        "Emulation.setDeviceMetricsOverride",
-        width=1000,
-        height=1250,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    await browser.call("Page.navigate", url=f"{served}/")
-    await browser.wait_for("Page.loadEventFired")
+    await open_page(browser, f"{served}/", 1000, 1250)
     await browser.js(f"document.getElementById('token').value = {json.dumps(ACME_TOKEN)}")
     await set_file(browser, "#file", path)
     await browser.js("document.getElementById('go').click()")
@@ -230,15 +235,7 @@ async def test_page_erases_a_batch_behind_its_own_confirmation(
 async def test_page_without_a_token_says_what_a_token_is_and_where_one_comes_from(
     served: str, browser: DevTools, tmp_path: Path
 ) -> None:
-    await browser.call(
-        "Emulation.setDeviceMetricsOverride",
-        width=1000,
-        height=700,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    await browser.call("Page.navigate", url=f"{served}/")
-    await browser.wait_for("Page.loadEventFired")
+    await open_page(browser, f"{served}/", 1000, 700)
     await until(browser, "!document.getElementById('noToken').hidden")
     words = await browser.js("document.getElementById('noToken').innerText")
     assert "API token" in words
@@ -280,15 +277,7 @@ async def test_page_shows_why_a_zip_without_pdfs_failed_and_lists_its_files(
     batch_id = created.json()["batch_id"]
     await run_worker()
 
-    await browser.call(
-        "Emulation.setDeviceMetricsOverride",
-        width=1000,
-        height=900,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    await browser.call("Page.navigate", url=f"{served}/")
-    await browser.wait_for("Page.loadEventFired")
+    await open_page(browser, f"{served}/", 1000, 900)
     await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
     await browser.js(
         f"history.pushState(null, '', '/batches/{batch_id}');"

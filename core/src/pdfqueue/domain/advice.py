@@ -123,12 +123,18 @@ FALLBACK = (
 
 def advice(reason: str | None) -> tuple[str, str] | None:
     """(what happened, what to do) for a reason; None for a file without one."""
+    return _words(ADVICE, FALLBACK, reason)
+
+
+def _words(
+    table: dict[str, tuple[str, str]], fallback: tuple[str, str], reason: str | None
+) -> tuple[str, str] | None:
     if not reason:
         return None
-    found = ADVICE.get(reason)
+    found = table.get(reason)
     if found is not None:
         return found
-    return FALLBACK[0].format(reason=reason), FALLBACK[1]
+    return fallback[0].format(reason=reason), fallback[1]
 
 
 NO_PDF_MEMBERS = "no_pdf_members"
@@ -174,12 +180,7 @@ BATCH_FALLBACK = (
 
 def batch_advice(reason: str | None) -> tuple[str, str] | None:
     """(what happened, what to do) for a failed batch's reason; None without one."""
-    if not reason:
-        return None
-    found = BATCH_ADVICE.get(reason)
-    if found is not None:
-        return found
-    return BATCH_FALLBACK[0].format(reason=reason), BATCH_FALLBACK[1]
+    return _words(BATCH_ADVICE, BATCH_FALLBACK, reason)
 
 
 _KIND = re.compile(r"[a-z0-9]{1,8}")
