@@ -1,4 +1,4 @@
-"""Writes the reference pages of docs/ from the code: settings, CLI, metrics, outcomes and reasons.
+"""Writes the reference pages of docs/ from the code: settings, CLI, metrics, outcomes, limits.
 
 Run `uv run python -m pdfqueue_dev.refdocs` (or `make docs-refs`) after changing any of them;
 `tests/unit/test_generated_docs.py` fails while a page is stale. The chart's values table and
@@ -20,11 +20,13 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from pdfqueue.cli.main import EXIT_CODES, build_parser
 from pdfqueue.domain import settings as settings_module
-from pdfqueue.domain.advice import ADVICE
+from pdfqueue.domain.advice import ADVICE, BATCH_ADVICE
 from pdfqueue.domain.errors import is_transient, transient_reasons
 from pdfqueue.domain.models import Outcome
+from pdfqueue.domain.names import MAX_MEMBER_NAME_BYTES
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
+from pdfqueue.stores.webhooks import MAX_URL_CHARS
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMAND = "uv run python -m pdfqueue_dev.refdocs"
@@ -275,6 +277,123 @@ def outcomes_page() -> str:
         " backoff up to `PDFQUEUE_MAX_TRIES`; after that the file fails with the last one of"
         " these reasons, and a plain retry re-runs it:\n",
         ", ".join(f"`{r}`" for r in transient) + ".",
+        "\n## Batch reasons\n",
+        "A batch that ends `FAILED` failed as a whole: its status carries `reason`, one of"
+        " these codes, and `error`, the same in words (counts and limits, never a member"
+        " name: the report lists the names). The page, `pdfqueue status`, the `batch.failed`"
+        " webhook and the PdfBatch's `Finished` condition (its reason in CamelCase) show"
+        " both; `pdfqueue upload --wait`, `watch` and `status` exit with code 4. A ZIP with"
+        " at least one PDF is never refused for being small: a batch of one PDF runs.\n",
+        "| reason | what happened | what to do |",
+        "|---|---|---|",
+        *(f"| `{r}` | {cell(what)} | {cell(todo)} |" for r, (what, todo) in BATCH_ADVICE.items()),
+        "\nA store that refuses ingest's request for good fails the batch with that store's"
+        " reason (`database_rejected`, `invalid_data`, `redis_rejected`, `storage_rejected`):"
+        " tell the administrator. Limits: [Limits](limits.md).",
+    ]
+    return "\n".join(out) + "\n"
+
+
+# --- limits ---------------------------------------------------------------------------------
+
+LIMITS: tuple[tuple[str, str, str], ...] = (
+    (
+        "max_upload_bytes",
+        "bytes of one upload (the ZIP as sent)",
+        "`413` while the body streams in, nothing is kept",
+    ),
+    (
+        "max_members",
+        "entries of one ZIP (folders included)",
+        "`413` at upload; a PdfBatch's ZIP: the batch `FAILED`, `too_many_members`",
+    ),
+    (
+        "max_directory_bytes",
+        "bytes of one ZIP's central directory (its list of entries)",
+        "`413` at upload; a PdfBatch's ZIP: the batch `FAILED`, `too_many_members`",
+    ),
+    (
+        "max_total_uncompressed_bytes",
+        "bytes of one ZIP's members once unpacked, all together",
+        "the batch `FAILED`, `archive_rejected` (checked by the worker, after the `202`)",
+    ),
+    (
+        "max_pdf_bytes",
+        "bytes of one PDF once unpacked",
+        "that file `failed`, `too_large`; the rest of the batch goes on",
+    ),
+    (
+        "max_compression_ratio",
+        "unpacked / packed size of one member",
+        "that file `failed`, `compression_ratio`; the rest of the batch goes on",
+    ),
+)
+"""(setting, what it bounds, what happens past it) for the limits page, in a user's order."""
+
+
+def _amount(value: object) -> str:
+    """A default as a person reads it: `2 GiB (2147483648)`, `100,000`, `200`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"`{value}`"
+    if isinstance(value, float):
+        return f"{value:g}"
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= size and value % size == 0:
+            return f"{value // size} {unit} ({value})"
+    return f"{value:,}"
+
+
+def limits_page() -> str:
+    out = [
+        header(
+            "Limits",
+            "`core/src/pdfqueue/domain/settings.py` and the constants named below",
+        ),
+        "What one batch may be, and what happens past each limit. The upload page, the CLI"
+        " and the API all answer with the same words: an HTTP status and a `detail` that"
+        " names the limit and its setting, or a batch or file reason in the report"
+        " ([Outcomes and reasons](outcomes.md)).\n",
+        "## How many PDFs\n",
+        "There is no minimum: a ZIP with one PDF is a batch like any other. A ZIP in which"
+        " no member is a PDF by name (`.pdf`, any case), an empty one included, ends"
+        " `FAILED` with reason `no_pdf_members`, and its report lists what it held. The"
+        " most is `PDFQUEUE_MAX_MEMBERS` entries; batches of 50,000 PDFs are what the"
+        " benchmarks run. Members that are not PDFs are listed as `ignored` and not"
+        " counted; folders and archivers' metadata (`__MACOSX/`, `._*`, `.DS_Store`) are"
+        " skipped.\n",
+        "## Size limits (settings)\n",
+        "An administrator changes each with its environment variable (in the chart:"
+        " `api.maxUploadBytes` and `config.*`, see"
+        " [Chart values](../operations/chart-values.md)).\n",
+        "| limit | default | bounds | past it |",
+        "|---|---|---|---|",
+    ]
+    for name, bounds, past in LIMITS:
+        field = Settings.model_fields[name]
+        value = field.get_default(call_default_factory=True)
+        out.append(f"| {_env_names(name)} | {_amount(value)} | {cell(bounds)} | {cell(past)} |")
+    out += [
+        "\n## Fixed limits (constants)\n",
+        "| limit | value | past it | why not a setting |",
+        "|---|---|---|---|",
+        f"| member name length | {MAX_MEMBER_NAME_BYTES} bytes of UTF-8 | that file `failed`,"
+        " `name_too_long`; the report shows the name cut | every index over names must hold"
+        " any name PostgreSQL may be given (a btree entry holds about 2,700 bytes): raising it"
+        " would strand batches |",
+        f"| `callback_url` length | {MAX_URL_CHARS} characters | `422` at upload | a URL"
+        " longer than browsers and proxies take is a mistake, not a need |",
+        "| ZIP format | ZIP or ZIP64; stored or deflate members; not encrypted, not split |"
+        " `422` (not a ZIP) at upload; a member: `unsupported_compression`,"
+        " `encrypted_member` | what the format and Python's `zlib` read safely |",
+        "\n## Other limits\n",
+        "- Per-tenant quotas (uploads per minute, bytes per day, batches at once, retries per"
+        " hour) answer `429` with `Retry-After`: `PDFQUEUE_QUOTA_*` and"
+        " `PDFQUEUE_TENANT_QUOTAS` in [Settings](../operations/settings.md).",
+        "- Each PDF is read within `PDFQUEUE_JOB_TIMEOUT_S` and the parser's memory cap"
+        " (`timeout`, `parser_crashed`); only its first `PDFQUEUE_EXTRACT_MAX_PAGES` pages"
+        " are searched for an address.",
+        "- The HTTP server bounds every request's head, URL and headers before"
+        " authentication (`PDFQUEUE_HTTP_*`): [Security](../operations/security.md).",
     ]
     return "\n".join(out) + "\n"
 
@@ -284,6 +403,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/operations/metrics.md": metrics_page,
     "docs/user-guide/cli-reference.md": cli_page,
     "docs/user-guide/outcomes.md": outcomes_page,
+    "docs/user-guide/limits.md": limits_page,
 }
 """Each generated page (relative to the repository root) and the function that writes it."""
 

@@ -53,7 +53,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["deps"] = Deps(
         settings=settings,
         redis=redis,
-        lifecycle=replace(stores.lifecycle, on_completed=partial(announce, stores)),
+        lifecycle=replace(stores.lifecycle, on_ended=partial(announce, stores)),
         pool=stores.pool,
         batches=stores.batches,
         files=stores.files,

@@ -29,7 +29,7 @@ from rich.table import Table
 from pdfqueue.cli import data
 from pdfqueue.cli.admin import register as register_admin
 from pdfqueue.cli.client import ApiError, Client, NotAZip, check_zip
-from pdfqueue.domain.advice import advice
+from pdfqueue.domain.advice import advice, batch_advice
 from pdfqueue.domain.csvsafe import csv_line
 from pdfqueue.domain.models import TERMINAL, BatchStatus, FileResult
 
@@ -44,7 +44,7 @@ EXIT_USAGE = 2
 EXIT_FILES_FAILED = 3
 """The batch completed, but at least one file failed (see `pdfqueue files ID --outcome failed`)."""
 EXIT_BATCH_ENDED = 4
-"""The batch ended FAILED (the archive as a whole was rejected) or CANCELLED."""
+"""The batch ended FAILED (its archive was rejected or holds no PDF) or CANCELLED."""
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done; for a batch: completed and no file failed
   {EXIT_ERROR}  a request failed (wrong URL, server down, bad token, unknown batch, not a ZIP)
@@ -253,8 +253,10 @@ def _upload(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     with Client(args.url, args.token) as client:
-        print_summary(client.status(args.batch_id), as_json=args.json)
-    return EXIT_OK
+        status = client.status(args.batch_id)
+    print_summary(status, as_json=args.json)
+    ended = status["status"] in {BatchStatus.FAILED, BatchStatus.CANCELLED}
+    return EXIT_BATCH_ENDED if ended else EXIT_OK  # a running batch is no error
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -407,6 +409,9 @@ def print_summary(status: dict[str, Any], *, as_json: bool) -> None:
         table.add_row(field, "—" if value is None else str(value))  # total unknown until ingest
     if status.get("error"):
         table.add_row("error", str(status["error"]))
+    words = batch_advice(status.get("reason"))
+    if words:
+        table.add_row(str(status["reason"]), f"{words[0]} {words[1]}")
     Console().print(table)
 
 
