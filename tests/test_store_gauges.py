@@ -1,4 +1,5 @@
-"""pdfqueue_postgres_up and pdfqueue_batch_oldest_progress_age_seconds on the real stores.
+"""pdfqueue_postgres_up, pdfqueue_storage_up and pdfqueue_batch_oldest_progress_age_seconds on
+the real stores.
 
 The age is what PdfqueueBatchStuck alerts on: it grows while a PROCESSING batch's count stays
 still, restarts when a file is counted, ignores a batch whose live state vanished (that is no
@@ -23,6 +24,8 @@ from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.schema import migrate
+from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.storage.local import FileBackend
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.faults import Services
 
@@ -110,3 +113,68 @@ async def test_postgres_up_follows_a_real_outage(settings: Settings, tmp_path: P
         await pool.close()
         await stores.close()
         services.run("destroy")
+
+
+@pytest.mark.timeout(300)
+async def test_storage_up_follows_a_real_s3_outage(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A private S3 server, stopped and started again under a running StoreGauges."""
+    services = Services.allocate(tmp_path / "services")
+    services.run("start", "--only", "s3")
+    env = services.env()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(name, env[name])
+    private = settings.model_copy(
+        update={
+            "storage_url": env["PDFQUEUE_STORAGE_URL"],
+            "s3_endpoint_url": env["PDFQUEUE_S3_ENDPOINT_URL"],
+        }
+    )
+    stores = await Stores.open(settings, API)
+    storage = Storage.from_settings(private, threads=2)
+    gauges = StoreGauges(stores.redis, stores.batches, interval_s=0.2, storage=storage)
+    try:
+        await storage.ensure_bucket()
+        gauges.start()
+
+        def up_is(value: float) -> bool:
+            return sample("pdfqueue_storage_up") == value
+
+        await wait_until_async(lambda: up_is(1.0), "pdfqueue_storage_up 1", 30)
+        services.run("stop", "--only", "s3")
+        await wait_until_async(lambda: up_is(0.0), "pdfqueue_storage_up 0", 30)
+        assert sample("pdfqueue_postgres_up") == 1.0  # its own loop: PostgreSQL's is unaffected
+        services.run("start", "--only", "s3")
+        await wait_until_async(lambda: up_is(1.0), "pdfqueue_storage_up 1 again", 60)
+    finally:
+        await gauges.stop()
+        await storage.aclose()
+        await stores.close()
+        services.run("destroy")
+
+
+async def test_stop_ends_both_loops(stores: Stores, tmp_path: Path) -> None:
+    """The storage check has a loop of its own; stop ends it with PostgreSQL's, and a second
+    start after stop runs them again."""
+    folder = tmp_path / "objects"
+    folder.mkdir()
+    storage = Storage(FileBackend(folder), threads=1)
+    gauges = StoreGauges(stores.redis, stores.batches, interval_s=0.05, storage=storage)
+    try:
+        gauges.start()
+        loops = list(gauges._loops)
+        assert [loop.name for loop in loops] == ["store-gauges", "storage-gauge"]
+        await wait_until_async(lambda: sample("pdfqueue_storage_up") == 1.0, "storage up", 30)
+        folder.rmdir()
+        await wait_until_async(lambda: sample("pdfqueue_storage_up") == 0.0, "storage down", 30)
+        tasks = [loop._task for loop in loops]
+        await gauges.stop()
+        assert gauges._loops == []
+        assert all(task is not None and task.done() for task in tasks)
+        folder.mkdir()
+        gauges.start()
+        await wait_until_async(lambda: sample("pdfqueue_storage_up") == 1.0, "storage up again", 30)
+    finally:
+        await gauges.stop()
+        await storage.aclose()

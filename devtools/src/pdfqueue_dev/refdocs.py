@@ -241,6 +241,7 @@ def metrics_page() -> str:
         "worker": "worker",
         "operator": "operator",
         "postgres": "API, worker (the PostgreSQL gauges)",
+        "storage": "API, worker (the object-store gauge)",
         "election": "operator",
     }
     out = [
