@@ -26,7 +26,9 @@ from pdfqueue.observability import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "charts/pdfqueue/templates/NOTES.txt"
-PAGES = [ROOT / "README.md", NOTES, *sorted((ROOT / "docs").rglob("*.md"))]
+DASHBOARDS = sorted((ROOT / "charts/pdfqueue/dashboards").glob("*.json"))
+"""Their titles and descriptions name commands, metrics and alerts too."""
+PAGES = [ROOT / "README.md", NOTES, *sorted((ROOT / "docs").rglob("*.md")), *DASHBOARDS]
 GENERATED_CLI_PAGE = ROOT / "docs/user-guide/cli-reference.md"
 """Its usage lines come from the parser itself (`[-h]`, `{a,b}`): not command lines to run."""
 VALUES = ROOT / "charts/pdfqueue/values.yaml"
@@ -66,7 +68,10 @@ def page_name(page: Path) -> str:
 
 
 def code_blocks(page: Path) -> list[str]:
-    """The fenced blocks of a markdown page; NOTES.txt is all commands and prose."""
+    """The fenced blocks of a markdown page; NOTES.txt is all commands and prose, a dashboard
+    has none."""
+    if page.suffix == ".json":
+        return []
     if page.suffix != ".md":
         return [page.read_text()]
     return re.findall(r"^\s*```[^\n]*\n(.*?)^\s*```", page.read_text(), re.S | re.M)
