@@ -87,6 +87,24 @@ async def test_the_age_of_the_stalest_batch_follows_its_count(stores: Stores) ->
     assert gauges.clock.moved_at(ours) is None
 
 
+async def gauge_follows_an_outage(
+    services: Services, service: str, gauge: str, *, unaffected: str | None = None
+) -> None:
+    """`gauge` reads 1, then 0 while the private `service` is stopped, then 1 once it is back;
+    `unaffected` stays 1 throughout the outage."""
+
+    def up_is(value: float) -> bool:
+        return sample(gauge) == value
+
+    await wait_until_async(lambda: up_is(1.0), f"{gauge} 1", 30)
+    services.run("stop", "--only", service)
+    await wait_until_async(lambda: up_is(0.0), f"{gauge} 0", 30)
+    if unaffected is not None:
+        assert sample(unaffected) == 1.0
+    services.run("start", "--only", service)
+    await wait_until_async(lambda: up_is(1.0), f"{gauge} 1 again", 60)
+
+
 @pytest.mark.timeout(300)
 async def test_postgres_up_follows_a_real_outage(settings: Settings, tmp_path: Path) -> None:
     """A private PostgreSQL, stopped and started again under a running StoreGauges."""
@@ -99,15 +117,7 @@ async def test_postgres_up_follows_a_real_outage(settings: Settings, tmp_path: P
         async with pool.acquire() as conn:
             await migrate(conn)
         gauges.start()
-
-        def up_is(value: float) -> bool:
-            return sample("pdfqueue_postgres_up") == value
-
-        await wait_until_async(lambda: up_is(1.0), "pdfqueue_postgres_up 1", 30)
-        services.run("stop", "--only", "postgres")
-        await wait_until_async(lambda: up_is(0.0), "pdfqueue_postgres_up 0", 30)
-        services.run("start", "--only", "postgres")
-        await wait_until_async(lambda: up_is(1.0), "pdfqueue_postgres_up 1 again", 60)
+        await gauge_follows_an_outage(services, "postgres", "pdfqueue_postgres_up")
     finally:
         await gauges.stop()
         await pool.close()
@@ -137,16 +147,10 @@ async def test_storage_up_follows_a_real_s3_outage(
     try:
         await storage.ensure_bucket()
         gauges.start()
-
-        def up_is(value: float) -> bool:
-            return sample("pdfqueue_storage_up") == value
-
-        await wait_until_async(lambda: up_is(1.0), "pdfqueue_storage_up 1", 30)
-        services.run("stop", "--only", "s3")
-        await wait_until_async(lambda: up_is(0.0), "pdfqueue_storage_up 0", 30)
-        assert sample("pdfqueue_postgres_up") == 1.0  # its own loop: PostgreSQL's is unaffected
-        services.run("start", "--only", "s3")
-        await wait_until_async(lambda: up_is(1.0), "pdfqueue_storage_up 1 again", 60)
+        # its own loop: PostgreSQL's gauge stays up through the object store's outage
+        await gauge_follows_an_outage(
+            services, "s3", "pdfqueue_storage_up", unaffected="pdfqueue_postgres_up"
+        )
     finally:
         await gauges.stop()
         await storage.aclose()

@@ -13,13 +13,13 @@ import contextlib
 import io
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pdfqueue.cli.main import build_parser, print_summary
+from tests.support.dashboards import expressions, panels
 from tests.unit.test_docs_match_code import ROOT, metric_names
 
 BOARDS = sorted((ROOT / "charts/pdfqueue/dashboards").glob("*.json"))
@@ -48,35 +48,12 @@ def board(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Every panel, those inside collapsed rows too; rows themselves are not panels."""
-    queue = list(dashboard["panels"])
-    while queue:
-        panel = queue.pop(0)
-        queue += panel.get("panels", [])
-        if panel["type"] != "row":
-            yield panel
-
-
-def expressions(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    for panel in panels(dashboard):
-        for target in panel.get("targets", []):
-            yield f"panel {panel['title']!r} {target['refId']}", target["expr"]
-    for note in dashboard["annotations"]["list"]:
-        if "expr" in note:
-            yield f"annotation {note['name']!r}", note["expr"]
-    for variable in dashboard["templating"]["list"]:
-        if variable["type"] == "query":
-            yield f"variable {variable['name']!r}", variable["definition"]
-
-
 def series_names(expr: str) -> set[str]:
     """The metric names a PromQL expression selects (label matchers, groupings, ranges and
     strings left out)."""
     text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
     text = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", text)
     text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
-    text = re.sub(r"label_values\(\s*([\w:]+)\s*,\s*\w+\s*\)", r"\1", text)
     words = set(re.findall(r"(?<![\w.$])[a-zA-Z_:][\w:]*", text))
     return words - PROMQL_WORDS
 
@@ -169,9 +146,6 @@ def test_the_metric_check_reads_promql() -> None:
         ' stage!="read"}[$__rate_interval])) and on (instance) up'
     )
     assert series_names(expr) == {"pdfqueue_stage_duration_seconds_bucket", "up"}
-    assert series_names("label_values(pdfqueue_heartbeat_timestamp_seconds, namespace)") == {
-        "pdfqueue_heartbeat_timestamp_seconds"
-    }
     assert "pdfqueue_storage_upp" not in metric_names()
 
 
