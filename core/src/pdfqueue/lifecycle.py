@@ -8,14 +8,20 @@
                     |                    |                  the ZIP holds no PDF)
                     +------ cancel ------+--> CANCELLED    (pending work dropped)
 
-Each transition writes the live state in Redis first (`state`: its Lua scripts count every
-file once and flip the batch on its last one), then the durable row in PostgreSQL, then the
-batch metric. A process that dies in between leaves Redis ahead: `settle`, run by whatever
-touches the batch next, writes the terminal status PostgreSQL missed. Live state that expired
-mid-batch, or that Redis lost, is rebuilt from PostgreSQL (`restore`); a running batch whose
-state or queued work Redis lost gets both back (`rebuild`, which `pdfqueue.recovery` runs
-when it finds one). Every completion and failure this process writes runs `on_ended` (the
-worker's queues the batch's webhook).
+Which store each transition writes first, and what repairs a process that dies in between:
+
+- register, start, record and requeue write PostgreSQL first (the row, the listing, the
+  per-file outcomes, the retry round under the row's lock), then Redis (`state`: its Lua
+  scripts count every file once and flip the batch on its last one). Redis is rebuildable from
+  PostgreSQL, so what dies in between is redone from the rows: a repeated call or a retried
+  job finds them (`restore` writes live state that is missing), and `pdfqueue.recovery`
+  rebuilds a running batch whose live state or queued work is gone (`rebuild`).
+- completion (the last `record`), fail (a `start` that finds no PDF fails) and cancel write
+  Redis first, then the batch row: a process that dies in between leaves Redis ahead, and
+  `settle`, run by whatever touches the batch next, writes the terminal status PostgreSQL
+  missed.
+- The batch metric comes last. Every completion and failure this process writes runs
+  `on_ended` (the worker's queues the batch's webhook).
 """
 
 from __future__ import annotations
@@ -321,8 +327,8 @@ class Lifecycle:
     async def settle(self, batch_id: str) -> None:
         """Write to PostgreSQL a terminal status that Redis holds; idempotent.
 
-        Every transition writes Redis first, then PostgreSQL: a process that dies in between
-        leaves the durable row unfinished, and it would hold one of its tenant's
+        Completion, fail and cancel write Redis first, then PostgreSQL: a process that dies in
+        between leaves the durable row unfinished, and it would hold one of its tenant's
         concurrent-batch slots for good. Whatever runs next for the batch (a redelivered
         job, a repeated cancel) calls this.
         """

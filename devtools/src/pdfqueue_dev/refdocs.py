@@ -163,6 +163,10 @@ def settings_page() -> str:
 # --- CLI ------------------------------------------------------------------------------------
 
 
+class UndescribedOption(ValueError):
+    """An argument of the CLI has no help text, so its reference row would say nothing."""
+
+
 def _options(parser: argparse.ArgumentParser) -> list[str]:
     rows = []
     for action in parser._actions:
@@ -174,16 +178,37 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
         else:
             name = str(action.metavar or action.dest)
         what = action.help or ""
+        if not what.strip() or what == argparse.SUPPRESS:
+            raise UndescribedOption(
+                f"{parser.prog} {name} has no help text: give its add_argument a help="
+            )
         if action.choices and action.option_strings:
             what = f"{what} (one of {', '.join(map(str, action.choices))})".strip()
         rows.append(f"| `{name}` | {cell(what)} |")
     return rows
 
 
-def cli_page() -> str:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+def _commands(
+    parser: argparse.ArgumentParser, path: str = ""
+) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
+    """(name after `pdfqueue`, help, parser) of each command, nested ones after their parent."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None:
+        return
     helps = {a.dest: a.help for a in sub._choices_actions}
+    for name in sorted(sub.choices):
+        full = f"{path} {name}".strip()
+        if not helps.get(name):
+            raise UndescribedOption(
+                f"pdfqueue {full} has no help text: give its add_parser a help="
+            )
+        yield full, str(helps[name]), sub.choices[name]
+        yield from _commands(sub.choices[name], full)
+
+
+def cli_page() -> str:
+    """The CLI reference; UndescribedOption if a command or an argument has no help text."""
+    commands = list(_commands(build_parser()))
     out = [
         header("CLI reference", "the parser of `core/src/pdfqueue/cli/main.py`"),
         "Run from a checkout as `uv run pdfqueue COMMAND`. Client commands read `PDFQUEUE_URL`"
@@ -191,17 +216,12 @@ def cli_page() -> str:
         "| command | what it does |",
         "|---|---|",
     ]
-    out += [f"| [`{n}`](#pdfqueue-{n}) | {cell(helps.get(n) or '')} |" for n in sorted(sub.choices)]
-    for name in sorted(sub.choices):
-        command = sub.choices[name]
+    out += [
+        f"| [`{n}`](#pdfqueue-{n.replace(' ', '-')}) | {cell(what)} |" for n, what, _ in commands
+    ]
+    for name, what, command in commands:
         usage = command.format_usage().removeprefix("usage: ").strip()
-        out += [
-            f"\n## pdfqueue {name}\n",
-            f"{helps.get(name) or ''}\n",
-            "```",
-            " ".join(usage.split()),
-            "```\n",
-        ]
+        out += [f"\n## pdfqueue {name}\n", f"{what}\n", "```", " ".join(usage.split()), "```\n"]
         rows = _options(command)
         if rows:
             out += ["| argument | meaning |", "|---|---|", *rows]
@@ -223,6 +243,7 @@ def metrics_page() -> str:
         "worker": "worker",
         "operator": "operator",
         "postgres": "API, worker (the PostgreSQL gauges)",
+        "storage": "API, worker (the object-store gauge)",
         "election": "operator",
     }
     out = [

@@ -79,7 +79,9 @@ async def startup(ctx: dict[str, Any]) -> None:
     metrics.WORKER_MAX_JOBS.set(settings.max_jobs)
     ctx["gauges"] = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
     ctx["gauges"].start()
-    ctx["store_gauges"] = StoreGauges(redis, stores.batches, settings.metrics_interval_s)
+    ctx["store_gauges"] = StoreGauges(
+        redis, stores.batches, settings.metrics_interval_s, stores.storage
+    )
     ctx["store_gauges"].start()
     ctx["heartbeat"] = heartbeat.start(redis, settings)
     if settings.dispatch_fair:
