@@ -18,7 +18,7 @@ import pytest
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.storage import Storage
-from pdfqueue_dev.samples import CLEAN, Expect, render_pdf
+from pdfqueue_dev.corpora.samples import CLEAN, Expect, render_pdf
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, linked_user_ids, upload
 
 

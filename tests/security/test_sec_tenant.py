@@ -22,7 +22,7 @@ from pdfqueue.domain.models import BatchStatus
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.queue import Job, deserialize, enqueue, remove
 from pdfqueue.stores.state import BatchState
-from pdfqueue_dev.samples import CLEAN, build_corpus, write_zip
+from pdfqueue_dev.corpora.samples import CLEAN, build_corpus, write_zip
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
 from tests.support.tenants import TenantApi, app_client
 

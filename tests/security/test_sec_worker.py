@@ -21,7 +21,7 @@ from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
-from pdfqueue_dev.samples import seed_users
+from pdfqueue_dev.corpora.samples import seed_users
 from tests.support.helpers import RunWorker
 
 ENTRY_NAME = b"a.pdf"

@@ -17,8 +17,8 @@ from rich.console import Console
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.provision import provision
+from pdfqueue_dev.corpora.samples import build_corpus, seed_users, write_zip
 from pdfqueue_dev.processes import Child, ChildExited, stop_all, wait_http
-from pdfqueue_dev.samples import build_corpus, seed_users, write_zip
 
 console = Console(stderr=True)
 DEMO_TABLE = "demo_users"  # never the host's real users table: the demo truncates it

@@ -32,7 +32,7 @@ from pdfqueue_worker.tasks.ingest import ingest
 from pdfqueue_worker.tasks.process import process
 from pdfqueue_worker.tasks.recover import recover
 from pdfqueue_worker.tasks.retry import retry
-from pdfqueue_worker.tasks.webhook import announce, forward
+from pdfqueue_worker.tasks.webhook import announce
 
 log = logging.getLogger(__name__)
 SPARE_TRIES = 3
@@ -176,9 +176,6 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
                 timeout=settings.arq_timeout_s,
                 max_tries=settings.max_tries + SPARE_TRIES,
             ),
-            # deliveries have slots of their own (`deliveries`); one queued here by an
-            # earlier version is only moved there
-            func(forward, name="webhook", timeout=settings.arq_timeout_s, max_tries=3),
             func(
                 retry,
                 name="retry",

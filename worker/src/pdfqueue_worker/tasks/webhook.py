@@ -92,15 +92,6 @@ def refills(task: Task) -> Task:
     return wrapper
 
 
-@observed_job("webhook", link=True)
-async def forward(ctx: dict[str, Any], *, batch_id: str, retry_round: int) -> str:
-    """A delivery queued on the PDF queue (before deliveries had a queue of their own): moved
-    to the delivery queue at once, so it never holds a PDF slot for its attempts."""
-    deps: Deps = ctx["deps"]
-    await _announce(deps.settings, deps.redis, deps.lifecycle, batch_id)
-    return f"moved round {retry_round} to the delivery queue"
-
-
 @dataclass(frozen=True)
 class Delivery:
     """One attempt at one round's webhook: where, signed with what, saying what."""
