@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from pdfqueue_dev import refdocs
-from pdfqueue_dev.samples import CLEAN, render_pdf
+from pdfqueue_dev.corpora.samples import CLEAN, render_pdf
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 ZIP = {"Content-Type": "application/zip"}
