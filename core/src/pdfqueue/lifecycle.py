@@ -16,7 +16,7 @@ Which store each transition writes first, and what repairs a process that dies i
   PostgreSQL, so what dies in between is redone from the rows: a repeated call or a retried
   job finds them (`restore` writes live state that is missing), and `pdfqueue.recovery`
   rebuilds a running batch whose live state or queued work is gone (`rebuild`).
-- completion (the last `record`), fail (a `start` that finds no PDF fails) and cancel write
+- completion (the last `record`), fail and cancel write
   Redis first, then the batch row: a process that dies in between leaves Redis ahead, and
   `settle`, run by whatever touches the batch next, writes the terminal status PostgreSQL
   missed.

@@ -408,13 +408,18 @@ def limits_page() -> str:
         " `encrypted_member` | what the format and Python's `zlib` read safely |",
         "\n## Other limits\n",
         "- Per-tenant quotas (uploads per minute, bytes per day, batches at once, retries per"
-        " hour) answer `429` with `Retry-After`: `PDFQUEUE_QUOTA_*` and"
+        " hour) answer `429` with `Retry-After`: `PDFQUEUE_QUOTA_UPLOADS_PER_MINUTE`,"
+        " `PDFQUEUE_QUOTA_BYTES_PER_DAY`, `PDFQUEUE_QUOTA_CONCURRENT_BATCHES`,"
+        " `PDFQUEUE_QUOTA_RETRIES_PER_HOUR` and"
         " `PDFQUEUE_TENANT_QUOTAS` in [Settings](../operations/settings.md).",
         "- Each PDF is read within `PDFQUEUE_JOB_TIMEOUT_S` and the parser's memory cap"
         " (`timeout`, `parser_crashed`); only its first `PDFQUEUE_EXTRACT_MAX_PAGES` pages"
         " are searched for an address.",
         "- The HTTP server bounds every request's head, URL and headers before"
-        " authentication (`PDFQUEUE_HTTP_*`): [Security](../operations/security.md).",
+        " authentication (`PDFQUEUE_HTTP_MAX_HEAD_BYTES`, `PDFQUEUE_HTTP_MAX_URL_BYTES`,"
+        " `PDFQUEUE_HTTP_MAX_HEADERS`, `PDFQUEUE_HTTP_HEAD_TIMEOUT_S`, `PDFQUEUE_HTTP_BODY_TIMEOUT_S`,"
+        " `PDFQUEUE_HTTP_BODY_MIN_BYTES_PER_S`, `PDFQUEUE_HTTP_MAX_CONNECTIONS`):"
+        " [Security](../operations/security.md).",
     ]
     return "\n".join(out) + "\n"
 
