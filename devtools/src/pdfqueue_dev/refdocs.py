@@ -417,7 +417,8 @@ def limits_page() -> str:
         " are searched for an address.",
         "- The HTTP server bounds every request's head, URL and headers before"
         " authentication (`PDFQUEUE_HTTP_MAX_HEAD_BYTES`, `PDFQUEUE_HTTP_MAX_URL_BYTES`,"
-        " `PDFQUEUE_HTTP_MAX_HEADERS`, `PDFQUEUE_HTTP_HEAD_TIMEOUT_S`, `PDFQUEUE_HTTP_BODY_TIMEOUT_S`,"
+        " `PDFQUEUE_HTTP_MAX_HEADERS`, `PDFQUEUE_HTTP_HEAD_TIMEOUT_S`,"
+        " `PDFQUEUE_HTTP_BODY_TIMEOUT_S`,"
         " `PDFQUEUE_HTTP_BODY_MIN_BYTES_PER_S`, `PDFQUEUE_HTTP_MAX_CONNECTIONS`):"
         " [Security](../operations/security.md).",
     ]
