@@ -32,9 +32,12 @@ client does not read is dropped at once (uvicorn would wait for it for ever).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import logging
+import socket
+import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -165,7 +168,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().shutdown()
         self.stopping = True
         if self.flow is not None and self.flow.write_paused:
-            self.transport.abort()  # a client that does not read would hold the stop up
+            self._drop()  # a client that does not read would hold the stop up
 
     def data_received(self, data: bytes) -> None:
         if self.refused:
@@ -279,7 +282,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         if self.stopping:
-            self.transport.abort()  # no client holds the stop up
+            self._drop()  # no client holds the stop up
         elif self.write_deadline is None:
             timeout = self.limits.write_timeout_s
             self.write_deadline = self.loop.call_later(timeout, self._write_late)
@@ -294,7 +297,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.write_deadline = None
         timeout = self.limits.write_timeout_s
         log.info("a client read none of its response for %g s: its connection is dropped", timeout)
-        self.transport.abort()  # what is buffered for it is dropped with it
+        self._drop()
+
+    def _drop(self) -> None:
+        """Reset the connection: what waits for the client, in the kernel's buffers too, is
+        dropped (a plain close would leave the kernel sending it to a client that never
+        reads, for minutes)."""
+        sock = self.transport.get_extra_info("socket")
+        with contextlib.suppress(OSError, AttributeError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
 
     # --- deadlines ------------------------------------------------------------------------------
 
