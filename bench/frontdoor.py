@@ -96,15 +96,15 @@ class Server:
             argv = [python, "-m", "bench.frontdoor", "--serve", name, "--port", str(self.port)]
             self.children.append(Child(name, argv, env, log_dir))
         wait_http(f"{self.url}/healthz", self.children)
+        self.pids = [pid for c in self.children for pid in (c.pid, *_descendants(c.pid))]
 
     def rss_kib(self) -> int:
         total = 0
-        for child in self.children:
-            for pid in [child.pid, *_descendants(child.pid)]:
-                with contextlib.suppress(OSError):
-                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                        if line.startswith("VmRSS:"):
-                            total += int(line.split()[1])
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
         return total
 
     def stop(self) -> float:
@@ -417,7 +417,9 @@ def requests_per_s(server: Server, seconds: float = 3.0) -> float:
                 sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
                 got = b""
                 while b"\r\n\r\n" not in got or not got.endswith(b"}"):
-                    got += sock.recv(65536)
+                    if not (chunk := sock.recv(65536)):
+                        return  # the server closed a keep-alive connection
+                    got += chunk
                 done[i] += 1
         sock.close()
 
