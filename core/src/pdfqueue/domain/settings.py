@@ -240,18 +240,30 @@ class Settings(BaseSettings):
     """Longest request target (path and query); longer gets 414."""
     http_max_headers: int = Field(default=100, ge=16)
     """Most header fields in one request; more get 431."""
+    http_idle_timeout_s: float = Field(default=5.0, gt=0)
+    """Time a connection may stay open with no byte of a request on it, after it was made or
+    after a response; then it is closed without an answer (keep-alive)."""
     http_head_timeout_s: float = Field(default=10.0, gt=0)
-    """Time a request head may take to arrive, from the connection (or the previous
-    response); a slower one gets 408 and the connection is closed (slowloris)."""
+    """Time a request head may take to arrive, from its first byte; a slower one gets 408
+    and the connection is closed (slowloris)."""
     http_body_timeout_s: float = Field(default=30.0, gt=0)
     """Longest wait for an upload's next bytes: a body that sends nothing for this long (or
     less than `http_body_min_bytes_per_s` times it over that much waiting) gets 408, its
     partial upload is removed and its slot freed. Only the API's waits for the client count,
-    not the time it spends storing what arrived."""
+    not the time it spends storing what arrived. Every other request body (its chunk framing
+    and trailer included) is held to the same pace by the HTTP protocol: over twice this
+    window while the API answers, and over this window for the rest of a body the API did
+    not read, after its response."""
     http_body_min_bytes_per_s: int = Field(default=1024, ge=0)
     """Slowest upload body the API reads, averaged over `http_body_timeout_s` of waiting; 0
     keeps only the pause limit. A trickle (a byte every few seconds) would otherwise hold an
     upload slot, a pending multipart upload and its part buffer for as long as it likes."""
+    http_write_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest the API's writes may wait on a client that does not read: once the kernel's
+    buffers for a connection are full and bytes wait for the client, it must take them
+    within this time, else the connection is dropped with what was left to send (a response,
+    or the last bytes before a close). Also what stops a client from holding the API's
+    shutdown: at shutdown such a connection is dropped at once."""
     http_max_connections: int = Field(default=4096, ge=1)
     """Connections one API process serves at once; requests beyond get 503 (health probes
     excepted), and connections beyond it plus a small reserve are closed at once. Keep it
