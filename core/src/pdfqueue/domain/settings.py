@@ -61,6 +61,9 @@ def valid_tenant(name: str) -> bool:
 
 
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+API_POOL_CONNECTIONS = 10
+"""PostgreSQL connections of one API process; one tenant's reads hold fewer
+(`quota_concurrent_reads`)."""
 
 
 class Quota(BaseModel):
@@ -283,6 +286,19 @@ class Settings(BaseSettings):
     tenant_quotas: dict[str, TenantQuota] = Field(default_factory=dict)
     """Per-tenant overrides as JSON, e.g. `{"acme": {"bytes_per_day": 0}}`; a quota not
     named keeps the default above."""
+
+    # --- per-tenant bounds on reads, per API process (429 with Retry-After past them) --------
+    quota_concurrent_reports: int = Field(default=2, ge=1)
+    """Whole reports (`GET /v1/batches/{id}/files`, JSON or CSV) one tenant may stream at once
+    from one API process, a slow reader's for as long as it reads. One more waits up to 1 s
+    for a slot, then gets 429 with Retry-After; its memory is one page of rows whatever the
+    report's size."""
+    quota_concurrent_reads: int = Field(default=4, ge=1)
+    """Reads one tenant may have in flight at once in one API process: a status, a list, a
+    report page, an event stream's opening, and each page of a whole report. Each holds at
+    most one of the API's PostgreSQL connections, so a tenant holds at most this many and the
+    rest stay for the other tenants (it must be below `API_POOL_CONNECTIONS`). One more waits
+    up to 1 s for a slot, then gets 429 with Retry-After."""
 
     # --- Kubernetes: operator, worker heartbeat -----------------------------------------------
     kubeconfig: str | None = None
@@ -585,6 +601,17 @@ class Settings(BaseSettings):
             return value
         lower = info.field_name == "placeholder_domains"
         return frozenset(_entries(value.lower() if lower else value))
+
+    @field_validator("quota_concurrent_reads")
+    @classmethod
+    def _check_read_share(cls, value: int) -> int:
+        if value >= API_POOL_CONNECTIONS:
+            msg = (
+                f"PDFQUEUE_QUOTA_CONCURRENT_READS must be below the API's {API_POOL_CONNECTIONS}"
+                " PostgreSQL connections, so that one tenant's reads leave some to the others"
+            )
+            raise ValueError(msg)
+        return value
 
     @field_validator("upload_part_bytes")
     @classmethod

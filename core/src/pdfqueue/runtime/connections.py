@@ -15,7 +15,7 @@ import asyncpg
 from redis.asyncio import Redis
 
 from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, SchemaNotReady
-from pdfqueue.domain.settings import Settings
+from pdfqueue.domain.settings import API_POOL_CONNECTIONS, Settings
 from pdfqueue.erasure import Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.runtime.waiting import until_ready
@@ -49,7 +49,15 @@ class Role:
     run on, is an error at once (the schema checked once), where a process waits for them."""
 
 
-API = Role("api", 0, 10, 16, redis_connect_timeout_s=1, redis_timeout_s=2, waits_for_schema=False)
+API = Role(
+    "api",
+    0,
+    API_POOL_CONNECTIONS,
+    16,
+    redis_connect_timeout_s=1,
+    redis_timeout_s=2,
+    waits_for_schema=False,
+)
 OPERATOR = Role("operator", 1, 4, 4, redis_connect_timeout_s=2, redis_timeout_s=5)
 ADMIN = Role("admin", 0, 4, 8, redis_connect_timeout_s=2, redis_timeout_s=5, by_hand=True)
 """An administrator's command (`pdfqueue purge`, `erase --email`, `admin ...`): database
