@@ -157,7 +157,7 @@ def serve(name: str, port: int) -> None:
         config.keep_alive_timeout = DEADLINE_S
         config.read_timeout = int(DEADLINE_S)
         config.accesslog = None
-        asyncio.run(hypercorn_serve(app, config))  # type: ignore[arg-type]
+        asyncio.run(hypercorn_serve(app, config))
     elif name == "granian":
         from granian.constants import Interfaces
         from granian.http import HTTP1Settings
