@@ -39,7 +39,9 @@ async def test_a_jobs_claim_and_record_do_not_read_the_whole_batch(
     try:
         files = FileStore(pool, UsersTable(settings.users_table))
         batch_id = uuid.uuid4().hex
-        await BatchStore(pool).create(batch_id, "statements", "uploads/x.zip")
+        await BatchStore(pool).create(
+            batch_id, "statements", "uploads/x.zip", queue_name="pdfqueue:queue"
+        )
         # as in a running batch: the planner's statistics predate this batch's files
         await db.execute("ANALYZE pdfqueue_files")
         earlier = {

@@ -152,7 +152,9 @@ async def files(settings: Settings, db: asyncpg.Connection) -> FileStore:
 
 async def _new_batch(files: FileStore) -> str:
     batch_id = uuid.uuid4().hex
-    await BatchStore(files.pool).create(batch_id, "acme", f"uploads/{batch_id}.zip")
+    await BatchStore(files.pool).create(
+        batch_id, "acme", f"uploads/{batch_id}.zip", queue_name="pdfqueue:queue"
+    )
     return batch_id
 
 
