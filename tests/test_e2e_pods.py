@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from pdfqueue.domain.models import TERMINAL
+from pdfqueue_dev.corpora.samples import build_corpus, write_zip
 from pdfqueue_dev.processes import wait_until
 from pdfqueue_dev.realnode import (
     CHART_IMAGES,
@@ -44,7 +45,6 @@ from pdfqueue_dev.realnode import (
     node_env,
     run,
 )
-from pdfqueue_dev.samples import build_corpus, write_zip
 from tests.support.chartfix import CHART, HELM, KUBECTL, ROOT
 from tests.support.e2e.scenario import ClusterDriver, _seed, run_scenario
 from tests.support.podsmode import pods_mode

@@ -20,8 +20,8 @@ from rich.console import Console
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.provision import provision
+from pdfqueue_dev.corpora.samples import build_corpus, seed_users, write_zip
 from pdfqueue_dev.processes import ChildExited, free_port, free_ports, wait_http
-from pdfqueue_dev.samples import build_corpus, seed_users, write_zip
 from pdfqueue_dev.supervisor import Supervisor
 
 console = Console(stderr=True)
@@ -41,9 +41,11 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "demo", help="run the whole pipeline on generated résumés"
     )
-    p.add_argument("--files", type=int, default=300)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--port", type=int, default=8000, help="the API's port (0: any free one)")
+    p.add_argument("--files", type=int, default=300, help="PDFs in the demo ZIP (default 300)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes to start (default 2)")
+    p.add_argument(
+        "--port", type=int, default=8000, help="the demo API's port (default 8000; 0: any free one)"
+    )
     p.add_argument("--no-wait", action="store_true", help="exit when the batch is done")
     p.set_defaults(run=run)
 
