@@ -25,7 +25,7 @@ from tests.support.helpers import settings_env
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = [sys.executable, "-m", "pdfqueue.cli.main", "demo"]
 SERVING = "Ctrl-C stops them"
-TOUR_MARKER = "<!-- the local tour: tests/test_demo.py runs this block against a demo -->"
+TOUR_MARKER = "<!-- tour: local -->"  # the docs mark each tour `<!-- tour: NAME -->`
 FRESH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """A fresh shell's PATH on Debian: no ~/.local/bin, where `make deps` may have put uv."""
 EXIT_FILES_FAILED = 3  # `upload --wait` on the demo's résumés: some are broken on purpose
