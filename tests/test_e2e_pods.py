@@ -39,6 +39,7 @@ import pytest
 import yaml
 
 from pdfqueue.domain.models import TERMINAL
+from pdfqueue_dev.corpora.samples import Mix, build_corpus, write_zip
 from pdfqueue_dev.processes import free_port, wait_until
 from pdfqueue_dev.realnode import (
     CHART_IMAGES,
@@ -48,7 +49,6 @@ from pdfqueue_dev.realnode import (
     node_env,
     run,
 )
-from pdfqueue_dev.samples import Mix, build_corpus, write_zip
 from tests.support.chartfix import CHART, HELM, KUBECTL, ROOT
 from tests.support.e2e.scenario import ClusterDriver, _seed, run_scenario
 from tests.support.podsmode import pods_mode

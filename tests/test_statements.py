@@ -11,7 +11,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.postgres import UsersTable, connect
-from pdfqueue_dev.samples import SampleUser, seed_users
+from pdfqueue_dev.corpora.samples import SampleUser, seed_users
 
 BATCH_FILES = 3000
 JOB = 16

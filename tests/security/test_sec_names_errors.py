@@ -33,7 +33,7 @@ from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.postgres import UsersTable, connect
 from pdfqueue.stores.state import BatchState
 from pdfqueue.stores.storage import Storage
-from pdfqueue_dev.samples import CLEAN, render_pdf
+from pdfqueue_dev.corpora.samples import CLEAN, render_pdf
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 ASCII_LONG = "resume-" + "a" * 3000 + ".pdf"

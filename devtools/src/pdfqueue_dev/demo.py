@@ -17,8 +17,8 @@ from rich.console import Console
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.provision import provision
+from pdfqueue_dev.corpora.samples import build_corpus, seed_users, write_zip
 from pdfqueue_dev.processes import Child, ChildExited, stop_all, wait_http
-from pdfqueue_dev.samples import build_corpus, seed_users, write_zip
 
 console = Console(stderr=True)
 DEMO_TABLE = "demo_users"  # never the host's real users table: the demo truncates it
@@ -30,9 +30,9 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "demo", help="run the whole pipeline on generated résumés"
     )
-    p.add_argument("--files", type=int, default=300)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--files", type=int, default=300, help="PDFs in the demo ZIP (default 300)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes to start (default 2)")
+    p.add_argument("--port", type=int, default=8000, help="the demo API's port (default 8000)")
     p.add_argument("--no-wait", action="store_true", help="exit when the batch is done")
     p.set_defaults(run=run)
 

@@ -198,18 +198,24 @@ class BatchStore:
         )
 
     async def finish(
-        self, batch_id: str, status: BatchStatus, error: str | None = None
+        self,
+        batch_id: str,
+        status: BatchStatus,
+        error: str | None = None,
+        reason: str | None = None,
     ) -> BatchSummary:
         """Write the final summary, counted from the per-file rows (idempotent)."""
         counts = await self.outcome_counts(batch_id)
         row = await self.pool.fetchrow(
             "UPDATE pdfqueue_batches SET status = $2, error = COALESCE($3, error),"
-            " completed_at = COALESCE(completed_at, now()), processed = $4, "
-            + ", ".join(f"{c} = ${i}" for i, c in enumerate(COUNTERS, start=5))
+            " reason = COALESCE($4, reason),"
+            " completed_at = COALESCE(completed_at, now()), processed = $5, "
+            + ", ".join(f"{c} = ${i}" for i, c in enumerate(COUNTERS, start=6))
             + " WHERE id = $1 RETURNING *",
             batch_id,
             status.value,
             error,
+            reason,
             sum(counts.values()),
             *(counts[c] for c in COUNTERS),
         )
@@ -268,6 +274,7 @@ def _summary(row: Any) -> BatchSummary:
         processed=row["processed"],
         ignored=row["ignored"],
         error=row["error"],
+        reason=row.get("reason"),
         created_at=row["created_at"],
         completed_at=row["completed_at"],
         file_name=row.get("file_name"),
