@@ -47,6 +47,7 @@ PASSTHROUGH = {  # Kubernetes objects handed through as they are: their keys are
     "tenantWeights",
     "tenantInflightCaps",
     "tenantDays",
+    "scripts",  # initdb scripts: file names the user chooses, checked by the schema
     "updateStrategy",  # a Kubernetes DeploymentStrategy
     "namespaceSelector",
     "podSelector",
