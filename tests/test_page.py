@@ -38,6 +38,17 @@ async def screenshot(browser: DevTools, folder: Path, name: str) -> None:
     (folder / name).write_bytes(base64.b64decode(shot["data"]))
 
 
+async def open_batch(browser: DevTools, served: str, batch_id: str) -> None:
+    """Load the page signed in as acme and go to the batch's view, as a link would."""
+    await browser.call("Page.navigate", url=f"{served}/")
+    await browser.wait_for("Page.loadEventFired")
+    await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
+    await browser.js(
+        f"history.pushState(null, '', '/batches/{batch_id}');"
+        "dispatchEvent(new PopStateEvent('popstate'))"
+    )
+
+
 async def set_file(browser: DevTools, selector: str, path: Path) -> None:
     document = await browser.call("DOM.getDocument")
     node = await browser.call(
@@ -184,13 +195,7 @@ async def test_page_erases_a_batch_behind_its_own_confirmation(
             "/v1/batches", content=path.read_bytes(), headers={"Content-Type": "application/zip"}
         )
         batch_id = created.json()["batch_id"]
-        await browser.call("Page.navigate", url=f"{served}/")
-        await browser.wait_for("Page.loadEventFired")
-        await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
-        await browser.js(
-            f"history.pushState(null, '', '/batches/{batch_id}');"
-            "dispatchEvent(new PopStateEvent('popstate'))"
-        )
+        await open_batch(browser, served, batch_id)
         await until(browser, "document.getElementById('status').textContent === 'PENDING'")
         feed = served_app.state.runtime.feed
         await wait_until_async(lambda: batch_id in feed.watchers or None, "the page's stream")
@@ -259,13 +264,7 @@ async def test_page_and_csv_show_what_a_name_is(
         rows = list(csv.DictReader(io.StringIO(text, newline="")))
         assert sorted(r["name"] for r in rows) == sorted(LYING_NAMES.values())
 
-    await browser.call("Page.navigate", url=f"{served}/")
-    await browser.wait_for("Page.loadEventFired")
-    await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
-    await browser.js(
-        f"history.pushState(null, '', '/batches/{batch_id}');"
-        "dispatchEvent(new PopStateEvent('popstate'))"
-    )
+    await open_batch(browser, served, batch_id)
     cells = "[...document.querySelectorAll('#files tbody td.name')]"
     await until(browser, f"{cells}.length === {len(LYING_NAMES)}")
     shown = await browser.js(f"{cells}.map(td => td.textContent)")
