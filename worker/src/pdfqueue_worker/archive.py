@@ -93,6 +93,7 @@ def list_members(backend: Backend, key: str, limits: Limits) -> Listing:
             msg = (
                 f"the archive declares at least {declared} uncompressed bytes;"
                 f" the limit is {limits.max_total_bytes}"
+                " (PDFQUEUE_MAX_TOTAL_UNCOMPRESSED_BYTES): split it into smaller ZIPs"
             )
             raise ArchiveRejected(msg)
         # its local header holds the same name: the least room the member takes

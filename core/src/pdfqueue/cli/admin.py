@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"with --stuck: no file recorded for this long (default {IDLE_MINUTES:g})",
     )
     b.add_argument("--limit", type=int, default=50, help="how many at most (default 50)")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--json", action="store_true", help="print JSON instead of a table")
     b.set_defaults(run=_sync(admin_batches))
     r = admin.add_parser(
         "requeue",
@@ -62,8 +62,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Run the reconciler for one batch: rebuild its live state and queue its"
         " files without an outcome again if Redis lost them; nothing when it is healthy.",
     )
-    r.add_argument("batch_id")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("batch_id", help="the batch's id")
+    r.add_argument("--json", action="store_true", help="print what was rebuilt as JSON")
     r.set_defaults(run=_sync(admin_requeue))
 
 

@@ -63,7 +63,7 @@ def add_commands(
         " --dry-run",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("batch_id", nargs="?")
+    p.add_argument("batch_id", nargs="?", help="the batch to erase (or --email)")
     p.add_argument("--email", help="erase this person instead (administrator)")
     p.add_argument("--dry-run", action="store_true", help="with --email: count, remove nothing")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -29,7 +29,7 @@ from rich.table import Table
 from pdfqueue.cli import data
 from pdfqueue.cli.admin import register as register_admin
 from pdfqueue.cli.client import ApiError, Client, NotAZip, check_zip
-from pdfqueue.domain.advice import advice
+from pdfqueue.domain.advice import advice, batch_advice
 from pdfqueue.domain.csvsafe import csv_line
 from pdfqueue.domain.models import TERMINAL, BatchStatus, FileResult
 
@@ -44,7 +44,7 @@ EXIT_USAGE = 2
 EXIT_FILES_FAILED = 3
 """The batch completed, but at least one file failed (see `pdfqueue files ID --outcome failed`)."""
 EXIT_BATCH_ENDED = 4
-"""The batch ended FAILED (the archive as a whole was rejected) or CANCELLED."""
+"""The batch ended FAILED (its archive was rejected or holds no PDF) or CANCELLED."""
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done; for a batch: completed and no file failed
   {EXIT_ERROR}  a request failed (wrong URL, server down, bad token, unknown batch, not a ZIP)
@@ -119,24 +119,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "pdfqueue upload resumes.zip --wait\n"
         "  pdfqueue upload resumes.zip --wait --json > summary.json",
     )
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, help="the ZIP of PDFs to upload")
     p.add_argument("--wait", action="store_true", help="follow progress until the batch ends")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=cmd_upload)
 
     p = _command(sub, "status", "show a batch's progress", "pdfqueue status 3f2a...")
-    p.add_argument("batch_id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("batch_id", help="the batch's id, as upload printed it")
+    p.add_argument(
+        "--json", action="store_true", help="print the API's JSON (with created_at, completed_at)"
+    )
     p.set_defaults(run=cmd_status)
 
     p = _command(sub, "watch", "follow a running batch until it ends", "pdfqueue watch 3f2a...")
-    p.add_argument("batch_id")
+    p.add_argument("batch_id", help="the batch's id, as upload printed it")
     p.add_argument("--json", action="store_true", help="no bar; print the final JSON summary")
     p.set_defaults(run=cmd_watch)
 
     p = _command(sub, "batches", "list your batches, newest first", "pdfqueue batches --limit 50")
     p.add_argument("--limit", type=int, default=20, help="how many (default 20, at most 100)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(run=cmd_batches)
 
     p = _command(
@@ -145,20 +147,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "print a batch's per-file report",
         "pdfqueue files 3f2a... --outcome failed\n  pdfqueue files 3f2a... --csv > report.csv",
     )
-    p.add_argument("batch_id")
+    p.add_argument("batch_id", help="the batch's id, as upload printed it")
     p.add_argument(
         "--outcome",
         choices=[*OUTCOME_LABELS, "ignored", "retrying"],
         help="only files with this outcome",
     )
     p.add_argument("--csv", action="store_true", help="CSV (as the API's report) on stdout")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(run=cmd_files)
 
     p = _command(
         sub, "cancel", "cancel a batch: pending work is dropped", "pdfqueue cancel 3f2a..."
     )
-    p.add_argument("batch_id")
+    p.add_argument("batch_id", help="the batch's id, as upload printed it")
     p.set_defaults(run=cmd_cancel)
 
     p = _command(
@@ -167,7 +169,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "re-run a finished batch's files that failed for a reason that may pass",
         "pdfqueue retry 3f2a... --wait\n  pdfqueue retry 3f2a... --all-failed",
     )
-    p.add_argument("batch_id")
+    p.add_argument("batch_id", help="the batch's id, as upload printed it")
     p.add_argument(
         "--all-failed", action="store_true", help="re-run every failed file, whatever its reason"
     )
@@ -253,8 +255,10 @@ def _upload(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     with Client(args.url, args.token) as client:
-        print_summary(client.status(args.batch_id), as_json=args.json)
-    return EXIT_OK
+        status = client.status(args.batch_id)
+    print_summary(status, as_json=args.json)
+    ended = status["status"] in {BatchStatus.FAILED, BatchStatus.CANCELLED}
+    return EXIT_BATCH_ENDED if ended else EXIT_OK  # a running batch is no error
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -407,6 +411,9 @@ def print_summary(status: dict[str, Any], *, as_json: bool) -> None:
         table.add_row(field, "—" if value is None else str(value))  # total unknown until ingest
     if status.get("error"):
         table.add_row("error", str(status["error"]))
+    words = batch_advice(status.get("reason"))
+    if words:
+        table.add_row(str(status["reason"]), f"{words[0]} {words[1]}")
     Console().print(table)
 
 
