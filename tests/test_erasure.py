@@ -30,7 +30,7 @@ from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.retention import ERASED_NAME, RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.corpora.samples import CLEAN, Corpus, build_corpus, seed_users, write_zip
-from tests.support.helpers import GLOBEX, RunWorker, settings_env, upload
+from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, settings_env, upload
 
 ROOT = Path(__file__).parents[1]
 
@@ -422,3 +422,43 @@ def test_a_retention_that_is_not_a_number_of_days_is_refused_at_start() -> None:
     )
     assert done.returncode != 0
     assert "retention_days" in done.stderr
+
+
+async def scan_naming(redis: Redis, batch_id: str) -> list[str]:
+    """Every Redis key whose name holds the batch id (a test may glob; pdfqueue never does)."""
+    return sorted([k.decode() async for k in redis.scan_iter(match=f"*{batch_id}*", count=1000)])
+
+
+async def test_an_erased_batch_leaves_no_redis_key_naming_it(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, redis: Redis
+) -> None:
+    """arq keeps a job's result (its arguments: member names) for `keep_result`; erasure
+    removes them with the rest of the batch's keys, a retry round's included."""
+    _, path = await make_corpus(30, seed=16)
+    batch_id = await upload(api, path)
+    await run_worker()
+    again = await api.post(f"/v1/batches/{batch_id}/retry", params={"all_failed": "true"})
+    assert again.status_code == 202, again.text
+    await run_worker()
+    assert await scan_naming(redis, batch_id)  # arq's results, fair-dispatch state, ...
+    done = await api.delete(f"/v1/batches/{batch_id}", params={"erase": "true"})
+    assert done.status_code == 200, done.text
+    assert await scan_naming(redis, batch_id) == []
+
+
+async def test_no_job_of_a_batch_starts_once_its_erasure_is_accepted(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker, redis: Redis
+) -> None:
+    """A retry round accepted just before the erasure: its fan-out job, queued, runs after
+    the erasure is accepted and must queue nothing; no process job of the round runs."""
+    _, path = await make_corpus(30, seed=16)
+    batch_id = await upload(api, path)
+    await run_worker()
+    again = await api.post(f"/v1/batches/{batch_id}/retry", params={"all_failed": "true"})
+    assert again.status_code == 202, again.text
+    erasing = await api.delete(f"/v1/batches/{batch_id}", params={"erase": "true"})
+    assert erasing.status_code == 202, erasing.text  # the round runs: it waits for its jobs
+    assert (await api.post(f"/v1/batches/{batch_id}/retry")).status_code == 404
+    await run_worker()
+    ran = [k for k in await scan_naming(redis, batch_id) if k.startswith("arq:result:process:")]
+    assert [k for k in ran if ":r1:" in k] == []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import csv
+import io
 import json
 import os
 import re
@@ -55,6 +57,16 @@ async def open_page(browser: DevTools, url: str, width: int, height: int) -> Non
     )
     await browser.call("Page.navigate", url=url)
     await browser.wait_for("Page.loadEventFired")
+
+
+async def open_batch(browser: DevTools, served: str, batch_id: str) -> None:
+    """Load the page signed in as acme and go to the batch's view, as a link would."""
+    await open_page(browser, f"{served}/", 1000, 900)
+    await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
+    await browser.js(
+        f"history.pushState(null, '', '/batches/{batch_id}');"
+        "dispatchEvent(new PopStateEvent('popstate'))"
+    )
 
 
 @pytest.mark.timeout(300)
@@ -187,13 +199,7 @@ async def test_page_erases_a_batch_behind_its_own_confirmation(
             "/v1/batches", content=path.read_bytes(), headers={"Content-Type": "application/zip"}
         )
         batch_id = created.json()["batch_id"]
-        await browser.call("Page.navigate", url=f"{served}/")
-        await browser.wait_for("Page.loadEventFired")
-        await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
-        await browser.js(
-            f"history.pushState(null, '', '/batches/{batch_id}');"
-            "dispatchEvent(new PopStateEvent('popstate'))"
-        )
+        await open_batch(browser, served, batch_id)
         await until(browser, "document.getElementById('status').textContent === 'PENDING'")
         feed = served_app.state.runtime.feed
         await wait_until_async(lambda: batch_id in feed.watchers or None, "the page's stream")
@@ -277,12 +283,7 @@ async def test_page_shows_why_a_zip_without_pdfs_failed_and_lists_its_files(
     batch_id = created.json()["batch_id"]
     await run_worker()
 
-    await open_page(browser, f"{served}/", 1000, 900)
-    await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
-    await browser.js(
-        f"history.pushState(null, '', '/batches/{batch_id}');"
-        "dispatchEvent(new PopStateEvent('popstate'))"
-    )
+    await open_batch(browser, served, batch_id)
     status = await until(
         browser,
         "document.getElementById('status').textContent.startsWith('FAILED')"
@@ -303,3 +304,42 @@ async def test_page_shows_why_a_zip_without_pdfs_failed_and_lists_its_files(
     assert await browser.js("window.__violations") == []
     errors = [line for line in browser.console if "error" in line.lower()]
     assert [e for e in errors if not e.endswith("/favicon.ico")] == []
+
+
+LYING_NAMES = {
+    "cv\u202excod.pdf": "cv\u27e8U+202E\u27e9xcod.pdf",  # would show as cvdocx.pdf
+    "a\u200bb\u200f.pdf": "a\u27e8U+200B\u27e9b\u27e8U+200F\u27e9.pdf",
+    "\u2066x\u2069\ufeff.pdf": "\u27e8U+2066\u27e9x\u27e8U+2069\u27e9\u27e8U+FEFF\u27e9.pdf",
+    "plain.pdf": "plain.pdf",
+}
+
+
+@pytest.mark.timeout(180)
+async def test_page_and_csv_show_what_a_name_is(
+    served: str, browser: DevTools, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    """Bidi overrides, isolates and invisible characters in member names are written out on
+    the page (each name isolated in a <bdi dir=auto>) and in the CSV; JSON keeps them."""
+    path = tmp_path / "names.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name in LYING_NAMES:
+            zf.writestr(name, b"not really a pdf")
+    async with httpx.AsyncClient(base_url=served, headers=ACME) as http:
+        created = await http.post(
+            "/v1/batches", content=path.read_bytes(), headers={"Content-Type": "application/zip"}
+        )
+        batch_id = created.json()["batch_id"]
+        await run_worker()
+        report = (await http.get(f"/v1/batches/{batch_id}/files")).json()
+        assert sorted(r["name"] for r in report) == sorted(LYING_NAMES)
+        text = (await http.get(f"/v1/batches/{batch_id}/files", params={"format": "csv"})).text
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        assert sorted(r["name"] for r in rows) == sorted(LYING_NAMES.values())
+
+    await open_batch(browser, served, batch_id)
+    cells = "[...document.querySelectorAll('#files tbody td.name')]"
+    await until(browser, f"{cells}.length === {len(LYING_NAMES)}")
+    shown = await browser.js(f"{cells}.map(td => td.textContent)")
+    assert sorted(shown) == sorted(LYING_NAMES.values())
+    isolated = await browser.js(f"{cells}.every(td => td.querySelector('bdi[dir=auto]'))")
+    assert isolated is True

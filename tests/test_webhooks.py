@@ -259,6 +259,40 @@ async def test_unsafe_callbacks_are_refused_at_upload_and_nothing_is_stored(
     assert s3_keys() == []
 
 
+@HOOKS
+@pytest.mark.parametrize(
+    "host",
+    [
+        "[64:ff9b::7f00:1]",  # NAT64 well-known prefix: reaches a translator
+        "[64:ff9b:1::7f00:1]",  # local-use NAT64
+        "[::ffff:0:7f00:1]",  # SIIT IPv4-translated
+        "[::7f00:1]",  # IPv4-compatible: Linux routes it away, not to 127.0.0.1
+        "[::ffff:10.0.0.1]",
+        "[::2]",
+    ],
+)
+async def test_the_development_flag_allows_this_hosts_loopback_only(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, s3_keys: Any, host: str
+) -> None:
+    """Plain http means 127.0.0.0/8 or ::1 (also IPv4-mapped, which Linux connects to
+    127.0.0.1): no prefix that a translator or router answers for."""
+    _, path = await make_corpus(2, seed=56)
+    response = await upload_with(api, path, f"http://{host}/hook")
+    assert response.status_code == 422, response.text
+    assert "only allowed to a loopback address" in response.json()["detail"]
+    assert s3_keys() == []
+
+
+@HOOKS
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.9.8.7", "[::1]", "[::ffff:127.0.0.1]"])
+async def test_the_development_flag_allows_loopback(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, host: str
+) -> None:
+    _, path = await make_corpus(2, seed=57)
+    response = await upload_with(api, path, f"http://{host}:9/hook")
+    assert response.status_code == 202, response.text
+
+
 async def test_a_tenant_without_a_secret_cannot_name_a_callback(
     api: httpx.AsyncClient, make_corpus: MakeCorpus, s3_keys: Any
 ) -> None:

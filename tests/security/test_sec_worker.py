@@ -21,8 +21,9 @@ from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
-from pdfqueue_dev.corpora.samples import seed_users
-from tests.support.helpers import RunWorker
+from pdfqueue_dev.corpora.samples import CLEAN, render_pdf, seed_users
+from tests.support.helpers import MakeCorpus, RunWorker
+from tests.support.zipcraft import Part, build, local_header
 
 ENTRY_NAME = b"a.pdf"
 """51-byte directory entries (46 fixed + this name): the cheapest way to ask for 340 bytes
@@ -178,3 +179,42 @@ async def test_the_shared_directory_walk_holds_a_few_megabytes_at_most(
     finally:
         tracemalloc.stop()
     assert peak < 4 * 1024**2, f"peak {peak / 1e6:.1f} MB"
+
+
+@pytest.mark.settings(pdfs_per_job=1)  # each member read by a range of its own
+async def test_a_member_whose_local_header_disagrees_fails_alone_with_the_real_worker(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker
+) -> None:
+    """Each lie of a local header fails its member as `corrupt_member`, read by range from
+    the object store by the real process job; the honest members are linked."""
+    corpus, _ = await make_corpus(4, seed=71, mix=CLEAN)
+    bobby, dora, erin, last = (render_pdf(f, seed=71) for f in corpus.files)
+    bobby_part = Part(b"bobby.pdf", bobby)
+    header = local_header(bobby_part)
+    padding = len(bobby) + 10  # the declared spans do not overlap
+    decoy = struct.pack("<HH", 0xCAFE, padding - 4 + len(header)) + b"\0" * (padding - 4)
+    same = {"crc": zlib.crc32(bobby), "compressed": len(bobby), "size": len(bobby)}
+    parts = [
+        Part(b"alice.pdf", decoy, local=same | {"extra_length": len(decoy) + len(header)}),
+        bobby_part,
+        Part(b"alice2.pdf", dora, local={"name": b"bobby2.pdf"}),
+        Part(b"erin.pdf", erin, local={"crc": zlib.crc32(erin) ^ 1}),
+        Part(b"last.pdf", last, local={"extra_length": 0xFFFF}),  # runs past the object
+        Part(b"notes.txt", b"n" * 3000),  # so that only the extra field reads past the end
+    ]
+    archive = build(parts, central={0: {"crc": zlib.crc32(bobby), "size": len(bobby)}})
+    response = await api.post(
+        "/v1/batches", content=archive, headers={"Content-Type": "application/zip"}
+    )
+    assert response.status_code == 202, response.text
+    batch_id = response.json()["batch_id"]
+    await run_worker()
+    rows = (await api.get(f"/v1/batches/{batch_id}/files")).json()
+    assert {r["name"]: (r["outcome"], r["reason"]) for r in rows} == {
+        "alice.pdf": ("failed", "corrupt_member"),
+        "bobby.pdf": ("linked", None),
+        "alice2.pdf": ("failed", "corrupt_member"),
+        "erin.pdf": ("failed", "corrupt_member"),
+        "last.pdf": ("failed", "corrupt_member"),
+        "notes.txt": ("ignored", "not_a_pdf"),
+    }

@@ -151,9 +151,10 @@ def test_the_tables_do_not_come_from_python() -> None:
 
 
 def test_loopback_for_the_development_http_case() -> None:
-    for text in ("127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "64:ff9b::7f00:1"):
+    for text in ("127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "::ffff:127.255.0.1"):
         assert is_loopback(ip_address(text)), text
-    for text in ("8.8.8.8", "10.0.0.1", "::2", "::ffff:10.0.0.1"):
+    translated_or_routed = ("64:ff9b::7f00:1", "64:ff9b:1::7f00:1", "::ffff:0:7f00:1", "::7f00:1")
+    for text in ("8.8.8.8", "10.0.0.1", "::2", "::ffff:10.0.0.1", *translated_or_routed):
         assert not is_loopback(ip_address(text)), text
 
 

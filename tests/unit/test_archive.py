@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from pdfqueue_worker.archive import (
     member_span,
     plan_slices,
 )
+from tests.support.zipcraft import Part, build, local_header
 
 LIMITS = Limits(
     max_members=50,
@@ -210,6 +212,85 @@ def test_a_local_header_longer_than_the_margin_reads_on(tmp_path: Path) -> None:
     pdfs = list_members(backend, "a.zip", LIMITS).pdfs
     assert read_members(backend, "a.zip", pdfs) == [PDF, PDF + b"2"]
     assert read_members(backend, "a.zip", pdfs[:1]) == [PDF]
+
+
+def outcomes(tmp_path: Path, archive: bytes) -> dict[str, bytes | str]:
+    """Each PDF's bytes, or its reason, as a process job reads the archive."""
+    (tmp_path / "a.zip").write_bytes(archive)
+    backend = FileBackend(tmp_path)
+    pdfs = list_members(backend, "a.zip", LIMITS).pdfs
+    got = read_members(backend, "a.zip", pdfs)
+    return {
+        m.name: g.reason if isinstance(g, MemberRejected) else g
+        for m, g in zip(pdfs, got, strict=True)
+    }
+
+
+BOBBY = PDF + b"bobby"
+
+
+def test_a_local_header_pointing_its_data_at_another_member_fails_that_member(
+    tmp_path: Path,
+) -> None:
+    """The declared spans do not overlap, but alice's local extra field runs over bobby's
+    local header, so that alice's data would be bobby's: alice fails, bobby is read."""
+    bobby = Part(b"bobby.pdf", BOBBY)
+    padding = len(BOBBY) + 10  # alice's declared span ends before bobby's header
+    decoy = struct.pack("<HH", 0xCAFE, padding - 4 + len(local_header(bobby))) + b"\0" * (
+        padding - 4
+    )
+    same = {"crc": zlib.crc32(BOBBY), "compressed": len(BOBBY), "size": len(BOBBY)}
+    alice = Part(
+        b"alice.pdf", decoy, local=same | {"extra_length": len(decoy) + len(local_header(bobby))}
+    )
+    archive = build([alice, bobby], central={0: {"crc": zlib.crc32(BOBBY), "size": len(BOBBY)}})
+    assert outcomes(tmp_path, archive) == {"alice.pdf": "corrupt_member", "bobby.pdf": BOBBY}
+
+
+@pytest.mark.parametrize(
+    "local",
+    [
+        {"name": b"bobby2.pdf"},  # zipfile refuses this one too
+        {"name": b"ALICE2.PDF"},
+        {"method": 8},
+        {"flags": 0x1},  # encrypted, says the local header only
+        {"flags": 0x800},  # the name's encoding differs
+        {"flags": 0x8},  # a data descriptor the directory does not know of
+        {"crc": 1},
+        {"size": len(PDF) + 1},
+        {"compressed": len(PDF) - 1},
+    ],
+    ids=lambda local: ",".join(f"{k}={v!r}" for k, v in local.items()),
+)
+def test_a_local_header_that_disagrees_with_the_directory_fails_that_member(
+    tmp_path: Path, local: dict[str, object]
+) -> None:
+    parts = [Part(b"alice2.pdf", PDF, local=local), Part(b"carol.pdf", BOBBY)]
+    assert outcomes(tmp_path, build(parts)) == {"alice2.pdf": "corrupt_member", "carol.pdf": BOBBY}
+
+
+def test_a_data_descriptor_defers_the_local_crc_and_sizes(tmp_path: Path) -> None:
+    """With flag bit 3 in both records, zeros in the local header are what writers put."""
+    deferred = {"flags": 0x8, "crc": 0, "compressed": 0, "size": 0}
+    parts = [Part(b"d.pdf", PDF, local=deferred), Part(b"wrong.pdf", BOBBY, local=deferred)]
+    central = {0: {"flags": 0x8}, 1: {"flags": 0x8, "crc": 7}}  # the inflated CRC decides
+    assert outcomes(tmp_path, build(parts, central)) == {
+        "d.pdf": PDF,
+        "wrong.pdf": "corrupt_member",
+    }
+
+
+def test_a_local_extra_field_running_past_the_archive_fails_that_member(tmp_path: Path) -> None:
+    parts = [Part(b"first.pdf", PDF), Part(b"last.pdf", BOBBY, local={"extra_length": 0xFFFF})]
+    assert outcomes(tmp_path, build(parts)) == {"first.pdf": PDF, "last.pdf": "corrupt_member"}
+
+
+def test_members_whose_headers_overlap_refuse_the_archive(tmp_path: Path) -> None:
+    """Two entries at one offset with empty data overlap in their local header."""
+    parts = [Part(b"a.pdf", b""), Part(b"b.pdf", b"")]
+    (tmp_path / "a.zip").write_bytes(build(parts, central={1: {"offset": 0}}))
+    with pytest.raises(ArchiveRejected, match="overlap"):
+        list_members(FileBackend(tmp_path), "a.zip", LIMITS)
 
 
 def member(index: int, offset: int, size: int) -> Member:

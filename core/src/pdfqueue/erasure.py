@@ -115,6 +115,7 @@ class Eraser:
         batch = await self.retention.mark_erasing(batch_id, tenant)
         if batch is None:
             raise BatchNotFound(batch_id)
+        await self.lifecycle.bury(batch_id)  # before the cancel: no job of it starts again
         if BatchStatus(batch.status) not in TERMINAL:
             await self.lifecycle.cancel(batch_id)
         await self.lifecycle.forget(batch_id)
@@ -136,6 +137,7 @@ class Eraser:
                 after = page[-1].index
         for key in self._sources(batch):
             removed.add(await self._delete_objects([key]))
+        await self._forget_jobs(batch.batch_id)
         while n := await self.retention.delete_files(batch.batch_id, limit=CHUNK_ROWS):
             removed.files += n
         record = _record(actor, action, batch.batch_id, removed)
@@ -150,6 +152,16 @@ class Eraser:
                 extra={"batch_id": batch.batch_id, "tenant": batch.tenant},
             )
         return removed
+
+    async def _forget_jobs(self, batch_id: str) -> None:
+        """Drop the Redis keys of every job the batch ran (arq keeps their arguments, file
+        names included, for `keep_result`), found from its file rows before they go."""
+        rounds = await self.retention.retry_rounds(batch_id)
+        after = -1
+        while page := await self.retention.file_indexes(batch_id, after=after, limit=CHUNK_ROWS):
+            await self.lifecycle.forget_jobs(batch_id, page, rounds)
+            after = page[-1]
+        await self.lifecycle.forget_batch_jobs(batch_id, rounds)
 
     def _sources(self, batch: EndedBatch) -> list[str]:
         """The batch's ZIP: its upload, or a PdfBatch's source under the operator's prefix

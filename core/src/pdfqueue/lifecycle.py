@@ -50,7 +50,15 @@ from pdfqueue.observability import metrics
 from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.fair import drop_pending
 from pdfqueue.stores.files import FileStore
-from pdfqueue.stores.queue import Job, enqueue, forget_results, queued_with_prefix, remove
+from pdfqueue.stores.queue import (
+    JOB_EXPIRES_MS,
+    Job,
+    enqueue,
+    forget_jobs,
+    forget_results,
+    queued_with_prefix,
+    remove,
+)
 from pdfqueue.stores.state import BatchState, Recorded
 
 log = logging.getLogger(__name__)
@@ -323,6 +331,33 @@ class Lifecycle:
         which hides it, and a job still running finds nothing to restore it from."""
         await self.state.delete(batch_id)
         await self.redis.hdel(keys.operator_batches(self.queue_name), batch_id)  # type: ignore[misc]
+
+    async def bury(self, batch_id: str) -> None:
+        """The batch's erasure is accepted: from now on none of its jobs starts, and no work
+        of it is registered (`buried`), for as long as a queued job can live."""
+        await self.state.bury(batch_id, JOB_EXPIRES_MS)
+
+    async def buried(self, batch_id: str) -> bool:
+        """Whether the batch's erasure has been accepted: a job of it must not start."""
+        return await self.state.buried(batch_id)
+
+    async def forget_jobs(self, batch_id: str, indexes: list[int], rounds: int) -> int:
+        """Drop every Redis key of the batch's `process` jobs for the files at `indexes`:
+        ids computed from the batch's own record, never searched for. Returns how many keys
+        were there."""
+        ids = keys.file_job_ids(batch_id, indexes, rounds)
+        return await forget_jobs(self.redis, ids)
+
+    async def forget_batch_jobs(self, batch_id: str, rounds: int) -> int:
+        """Drop the keys of the batch's once-per-batch and per-round jobs, and its
+        fair-dispatch keys on both queues. Returns how many keys were there."""
+        removed = await forget_jobs(self.redis, keys.batch_job_ids(batch_id, rounds))
+        fair = [
+            *keys.fair_batch_keys(self.queue_name, batch_id),
+            *keys.fair_batch_keys(keys.delivery_queue(self.queue_name), batch_id),
+        ]
+        removed += int(await self.redis.unlink(*fair))
+        return removed
 
     async def settle(self, batch_id: str) -> None:
         """Write to PostgreSQL a terminal status that Redis holds; idempotent.

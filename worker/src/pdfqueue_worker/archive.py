@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import io
+import bisect
 import itertools
 import posixpath
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pdfqueue.domain.errors import ArchiveRejected, FileRejected
 from pdfqueue.domain.names import safe_name, too_long, utf8_length
 from pdfqueue.stores.storage import Backend
-from pdfqueue.stores.zipdir import DirectoryLimits, Entry, walk_directory
-from pdfqueue_worker.payload import LOCAL_HEADER, LOCAL_SIGNATURE, data_start
+from pdfqueue.stores.zipdir import DirectoryLimits, Entry, read_end_record, walk_entries
+from pdfqueue_worker.payload import LOCAL_HEADER, Packed, inflate, name_digest, wanted
 
 _SUPPORTED_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
 _NAME_MARGIN = 1024  # local header name + extra field; read again if it is larger
@@ -48,6 +48,12 @@ class Member:
     size: int
     method: int
     crc: int
+    flag_bits: int | None = None
+    name_digest: str | None = None
+    """Of the name's bytes in the directory: its local header must hold the same."""
+    limit: int | None = None
+    """Where the next member's local header (or the directory) starts: this one's data ends
+    before it. The three are None in a job listed before they were checked."""
 
     @property
     def end(self) -> int:
@@ -80,7 +86,8 @@ def list_members(backend: Backend, key: str, limits: Limits) -> Listing:
     listing = Listing()  # duplicate names are processed: content decides what is a duplicate
     spans: list[tuple[int, int]] = []
     declared = 0
-    for entry in walk_directory(backend, key, limits.directory):
+    end = read_end_record(backend, key)
+    for entry in walk_entries(backend, key, end, limits.directory):
         declared += entry.size
         if declared > limits.max_total_bytes:
             msg = (
@@ -89,11 +96,27 @@ def list_members(backend: Backend, key: str, limits: Limits) -> Listing:
                 " (PDFQUEUE_MAX_TOTAL_UNCOMPRESSED_BYTES): split it into smaller ZIPs"
             )
             raise ArchiveRejected(msg)
-        if not entry.is_dir:
-            spans.append((entry.offset, entry.offset + entry.compressed_size))
+        # its local header holds the same name: the least room the member takes
+        spans.append((entry.offset, _least_end(entry)))
         _classify(listing, entry, limits)
     _reject_overlaps(spans)
+    listing.pdfs = _bounded(listing.pdfs, [start for start, _ in spans], end.directory_start)
     return listing
+
+
+def _least_end(entry: Entry) -> int:
+    return entry.offset + LOCAL_HEADER.size + len(entry.raw_name) + entry.compressed_size
+
+
+def _bounded(pdfs: list[Member], starts: list[int], directory_start: int) -> list[Member]:
+    """Each member with its limit: the next member's local header, or the directory."""
+    starts = sorted(starts)
+    out = []
+    for m in pdfs:
+        at = bisect.bisect_right(starts, m.offset)
+        limit = starts[at] if at < len(starts) else directory_start
+        out.append(replace(m, limit=min(limit, directory_start)))
+    return out
 
 
 def _classify(listing: Listing, entry: Entry, limits: Limits) -> None:
@@ -119,6 +142,8 @@ def _classify(listing: Listing, entry: Entry, limits: Limits) -> None:
             entry.size,
             entry.method,
             entry.crc,
+            entry.flag_bits,
+            name_digest(entry.raw_name),
         )
     )
 
@@ -215,24 +240,12 @@ class _Span:
 
 
 def _decode(span: _Span, m: Member) -> bytes:
-    """The uncompressed bytes of one member, checked against its size and CRC."""
-    header = span.read(m.offset, LOCAL_HEADER.size)
-    if len(header) < LOCAL_HEADER.size or header[:4] != LOCAL_SIGNATURE:
-        raise MemberRejected("corrupt_member", f"{m.name!r}: no local header at its offset")
-    start = m.offset + data_start(header)
-    info = zipfile.ZipInfo(m.name)
-    info.compress_type, info.compress_size, info.file_size, info.CRC = (
-        m.method,
-        m.compressed_size,
-        m.size,
-        m.crc,
-    )
-    raw = io.BytesIO(span.read(start, m.compressed_size))
+    """The uncompressed bytes of one member, checked against its local header, size and CRC
+    as a process job checks them (`pdfqueue_worker.payload`)."""
+    packed = Packed.of(m)
+    raw = span.read(m.offset, LOCAL_HEADER.size)
+    raw = span.read(m.offset, wanted(raw, packed))
     try:
-        with zipfile.ZipExtFile(raw, "r", info) as fh:
-            data = fh.read(m.size + 1)
-    except Exception as exc:  # BadZipFile (CRC), zlib.error, EOFError: a damaged member
-        raise MemberRejected("corrupt_member", f"{m.name!r}: {exc}") from exc
-    if len(data) != m.size:
-        raise MemberRejected("corrupt_member", f"{m.name!r}: size differs from the directory")
-    return data
+        return inflate(raw, packed)
+    except FileRejected as exc:
+        raise MemberRejected(exc.reason, str(exc)) from exc

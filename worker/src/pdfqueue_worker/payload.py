@@ -1,19 +1,28 @@
 """A member's compressed bytes, cut from a job's ranged read, and their inflation anywhere.
 
 Parsing processes import this (the forkserver preloads it): it must stay light, so it uses
-the standard library and `pdfqueue.domain.errors` (no driver) only, and never imports `archive`
+the standard library and `pdfqueue.domain` (no driver) only, and never imports `archive`
 (which pulls in the S3 client).
+
+The central directory and the local header are two descriptions of one member: every field
+both hold must agree (name bytes, method, the flags that change how the bytes are read, CRC
+and sizes unless a data descriptor defers them), and the data the local header places must
+lie inside the member's room, before the next member's header. Any disagreement fails the
+member as `corrupt_member`: tools that read the local header would see another file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdfqueue.domain.errors import FileRejected
+from pdfqueue.domain.errors import FileRejected, NotAZipArchive
+from pdfqueue.domain.names import safe_name
+from pdfqueue.domain.zip64 import apply_zip64
 
 if TYPE_CHECKING:
     from pdfqueue_worker.archive import Member
@@ -22,7 +31,12 @@ if TYPE_CHECKING:
 # signature, versions, flags, method, time, date, CRC, sizes, name and extra field lengths.
 LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 LOCAL_SIGNATURE = b"PK\x03\x04"
-_NAME_LENGTH, _EXTRA_LENGTH = 10, 11  # their places among the unpacked fields
+_FLAGS, _METHOD, _CRC, _COMPRESSED, _SIZE, _NAME_LENGTH, _EXTRA_LENGTH = 3, 4, 7, 8, 9, 10, 11
+_DESCRIPTOR = 0x08  # CRC and sizes follow the data (general purpose flag bit 3)
+_READ_FLAGS = 0x2869
+"""Flag bits that change how a member's bytes are read: encrypted (0), data descriptor (3),
+patched data (5), strong encryption (6), UTF-8 name (11), masked header values (13)."""
+_U32_MAX = 0xFFFF_FFFF
 
 
 class Uninflatable(FileRejected):
@@ -38,10 +52,23 @@ class Packed:
     compressed_size: int
     method: int
     crc: int
+    flag_bits: int | None = None
+    name_digest: str | None = None
+    room: int | None = None
+    """Bytes from its local header to the next member's (or the directory): where its data
+    must end. None (like the two above) for a job listed before these were checked."""
 
     @classmethod
     def of(cls, m: Member) -> Packed:
-        return cls(m.name, m.size, m.compressed_size, m.method, m.crc)
+        room = None if m.limit is None else m.limit - m.offset
+        return cls(
+            m.name, m.size, m.compressed_size, m.method, m.crc, m.flag_bits, m.name_digest, room
+        )
+
+
+def name_digest(raw_name: bytes) -> str:
+    """A short fingerprint of a member's name bytes, for a job to carry instead of them."""
+    return hashlib.blake2b(raw_name, digest_size=16).hexdigest()
 
 
 def cut(data: bytes, start: int, member: Member) -> tuple[bytes, int]:
@@ -49,9 +76,17 @@ def cut(data: bytes, start: int, member: Member) -> tuple[bytes, int]:
     and how many more bytes it needs past what `data` holds (a local header may be long)."""
     lo = member.offset - start
     raw = data[lo : lo + member.end - member.offset]
-    if len(raw) < LOCAL_HEADER.size or raw[:4] != LOCAL_SIGNATURE:
-        return raw, 0  # inflating it will say what is wrong
-    return raw, max(data_start(raw) + member.compressed_size - len(raw), 0)
+    return raw, max(wanted(raw, Packed.of(member)) - len(raw), 0)
+
+
+def wanted(header: bytes, packed: Packed) -> int:
+    """How many bytes from its local header on hold the member: its data's end, unless that
+    lies outside its room or the header is not one (inflating then says what is wrong, and
+    nothing past the room, or past the object's end, is read)."""
+    if len(header) < LOCAL_HEADER.size or header[:4] != LOCAL_SIGNATURE:
+        return len(header)
+    end = data_start(header) + packed.compressed_size
+    return len(header) if packed.room is not None and end > packed.room else end
 
 
 def data_start(header: bytes) -> int:
@@ -72,6 +107,8 @@ def inflate(raw: bytes, packed: Packed) -> bytes:
     if len(raw) < LOCAL_HEADER.size or raw[:4] != LOCAL_SIGNATURE:
         raise Uninflatable("corrupt_member", f"{packed.name!r}: no local header at its offset")
     start = data_start(raw)
+    if (why := disagreement(raw, packed)) is not None:
+        raise Uninflatable("corrupt_member", f"{packed.name!r}: {why}; create the ZIP again")
     body = raw[start : start + packed.compressed_size]
     if len(body) < packed.compressed_size:
         raise Uninflatable("corrupt_member", f"{packed.name!r}: the archive ends inside it")
@@ -86,6 +123,46 @@ def inflate(raw: bytes, packed: Packed) -> bytes:
     if zlib.crc32(data) != packed.crc:
         raise Uninflatable("corrupt_member", f"{packed.name!r}: bad CRC-32")
     return data
+
+
+def disagreement(raw: bytes, packed: Packed) -> str | None:
+    """How the local header at the start of `raw` contradicts the central directory, or None.
+
+    Stricter than `zipfile`, which compares only the name: every field both records hold.
+    With a data descriptor, the local CRC and sizes may be zero; the inflated bytes are then
+    checked against the directory's CRC and size (`inflate`)."""
+    fields: tuple[int, ...] = LOCAL_HEADER.unpack(raw[: LOCAL_HEADER.size])
+    start = data_start(raw)
+    if packed.room is not None and start + packed.compressed_size > packed.room:
+        return "its local header places its data past its room (into another member)"
+    name = raw[LOCAL_HEADER.size : LOCAL_HEADER.size + fields[_NAME_LENGTH]]
+    if packed.name_digest is not None and name_digest(name) != packed.name_digest:
+        other = safe_name(name.decode("utf-8", "replace"), 120)
+        return f"its local header names another file ({other!r})"
+    if fields[_METHOD] != packed.method:
+        return f"its local header says compression {fields[_METHOD]}"
+    flags = fields[_FLAGS]
+    if packed.flag_bits is not None and (flags ^ packed.flag_bits) & _READ_FLAGS:
+        return f"its local header's flags {flags:#06x} differ from the directory's"
+    return _sizes_disagree(raw, fields, packed)
+
+
+def _sizes_disagree(raw: bytes, fields: tuple[int, ...], packed: Packed) -> str | None:
+    """Whether the local CRC and sizes (ZIP64 ones included) contradict the directory's."""
+    start = data_start(raw)
+    try:
+        size, compressed, _ = apply_zip64(
+            raw[start - fields[_EXTRA_LENGTH] : start], fields[_SIZE], fields[_COMPRESSED], 0
+        )
+    except NotAZipArchive as exc:
+        return f"its local header's extra field is damaged ({exc})"
+    local = (fields[_CRC], compressed, size)
+    declared = (packed.crc, packed.compressed_size, packed.size)
+    deferred = fields[_FLAGS] & _DESCRIPTOR
+    pairs = zip(local, declared, strict=True)
+    if any(got != want and not (deferred and got == 0) for got, want in pairs):
+        return "its local header's CRC or sizes differ from the directory's"
+    return None
 
 
 def _expanded(body: bytes, packed: Packed) -> bytes:

@@ -52,6 +52,23 @@ function explain(error) {
 
 function fail(error) { $("error").textContent = explain(error); }
 
+// Characters that show as nothing or move other text (bidi overrides and isolates, zero-width
+// ones, other format characters, controls but tab and newlines, line and paragraph
+// separators), each written out as pdfqueue.domain.names.visible writes it: a name is shown
+// as what it is, so `cv\u202excod.pdf` cannot pass for `cvdocx.pdf`.
+const HIDDEN = /[\p{Cf}\p{Zl}\p{Zp}\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]/gu;
+function visible(text) {
+  return String(text).replace(HIDDEN, (c) => `\u27e8U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}\u27e9`);
+}
+
+// A name from the uploader: written out (`visible`) and isolated, so that it cannot reorder
+// the text around it either.
+function nameNode(text) {
+  const node = el("bdi", visible(text));
+  node.dir = "auto";
+  return node;
+}
+
 function el(tag, text, className) {
   const node = document.createElement(tag);
   if (text !== undefined && text !== null) node.textContent = String(text);
@@ -134,7 +151,9 @@ function batchRow(b) {
   const tr = document.createElement("tr");
   const name = tr.insertCell();
   name.className = "name";
-  name.append(link(`batches/${encodeURIComponent(b.batch_id)}`, b.file_name || b.batch_id.slice(0, 12)));
+  const title = link(`batches/${encodeURIComponent(b.batch_id)}`, "");
+  title.append(nameNode(b.file_name || b.batch_id.slice(0, 12)));
+  name.append(title);
   tr.insertCell().textContent = when(b.created_at);
   tr.insertCell().textContent = b.status;
   for (const value of [b.total_files ?? "…", b.linked, b.failed]) {
@@ -200,7 +219,7 @@ function render(s) {
   if (view.erasing) return; // a state read before the erasure began
   const previous = view.summary;
   view.summary = s;
-  if (s.file_name) { $("batchTitle").textContent = s.file_name; document.title = `${s.file_name} · pdfqueue`; }
+  if (s.file_name) { $("batchTitle").replaceChildren(nameNode(s.file_name)); document.title = `${visible(s.file_name)} · pdfqueue`; }
   $("status").textContent = s.status + (s.error ? ` — ${s.error}` : "");
   const why = s.status === "FAILED" && s.reason ? batchAdvice[s.reason] || [`The batch could not be started (${s.reason}).`, "Tell the administrator, then upload the ZIP again."] : null;
   $("why").hidden = !why;
@@ -394,7 +413,7 @@ function fileRow(f) {
   const tr = document.createElement("tr");
   tr.insertCell().textContent = String(f.index);
   tr.cells[0].className = "n";
-  const name = tr.insertCell(); name.textContent = f.name; name.className = "name";
+  const name = tr.insertCell(); name.append(nameNode(f.name)); name.className = "name";
   tr.insertCell().append(el("span", LABELS[f.outcome] || f.outcome, `o-${f.outcome}`));
   const why = tr.insertCell();
   const words = f.reason ? advice[f.reason] || [`The file could not be processed (${f.reason}).`, "Try again later; if it persists, tell the administrator."] : null;

@@ -122,15 +122,21 @@ def _refusal4(address: IPv4Address) -> Refused | None:
 
 
 def is_loopback(address: Address) -> bool:
-    """127.0.0.0/8 and ::1, also when carried inside IPv6 (`::ffff:127.0.0.1`)."""
+    """This host's loopback: 127.0.0.0/8, ::1, and 127.0.0.0/8 written IPv4-mapped.
+
+    Only those reach this host on Linux: a dual-stack socket connecting to
+    `::ffff:127.0.0.1` is connected to 127.0.0.1 by the kernel, while IPv4-compatible
+    (`::7f00:1`), SIIT (`::ffff:0:7f00:1`) and NAT64 (`64:ff9b::7f00:1`, `64:ff9b:1::/48`)
+    addresses are routed away, to whatever translator or router answers for them.
+    """
     if isinstance(address, IPv6Address):
-        if address == IPv6Address("::1"):
-            return True
-        return any(inner in LOOPBACK_V4 for inner in embedded_ipv4(address))
+        return address == LOOPBACK_V6 or address in LOOPBACK_MAPPED
     return address in LOOPBACK_V4
 
 
 LOOPBACK_V4 = IPv4Network("127.0.0.0/8")
+LOOPBACK_V6 = IPv6Address("::1")
+LOOPBACK_MAPPED = IPv6Network("::ffff:127.0.0.0/104")
 NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 
 

@@ -51,7 +51,7 @@ ADVICE: dict[str, tuple[str, str]] = {
         "Open it in a PDF viewer and save or print it again as PDF, or ask for a new copy.",
     ),
     "corrupt_member": (
-        "The ZIP entry is damaged.",
+        "The ZIP entry is damaged, or its two descriptions in the ZIP disagree.",
         "Create the ZIP again and upload it.",
     ),
     "not_a_pdf": (

@@ -100,6 +100,36 @@ def redis_epoch(queue_name: str) -> str:
     return f"{PREFIX}:epoch:{queue_name}"
 
 
+ERASED = f"{PREFIX}:erased"
+"""Sorted set of batch id -> until when (ms) its erasure refuses its jobs: a tombstone whose
+key names no batch, so that an erased batch leaves no key with its id."""
+
+
+def batch_job_ids(batch_id: str, rounds: int) -> list[str]:
+    """The arq job ids the batch has once per batch or per round, in `rounds` retry rounds:
+    computed, never searched for."""
+    ids = [ingest_job(batch_id)]
+    for round_ in range(rounds + 1):
+        ids += [webhook_job(batch_id, round_), delivery_job(batch_id, round_)]
+        ids += [retry_job(batch_id, round_)] if round_ else []
+    return ids
+
+
+def file_job_ids(batch_id: str, indexes: list[int], rounds: int) -> list[str]:
+    """The `process` job ids the batch can have used for files at `indexes` (a run's job is
+    named by its first file's index), in the first run and `rounds` retry rounds."""
+    ids = [process_job(batch_id, i) for i in indexes]
+    for round_ in range(1, rounds + 1):
+        ids += [retry_process_job(batch_id, round_, i) for i in indexes]
+    return ids
+
+
+def fair_batch_keys(queue_name: str, batch_id: str) -> list[str]:
+    """The fair-dispatch keys of one batch (`pdfqueue.stores.fair`'s Lua scripts)."""
+    at = f"{fair_prefix(queue_name)}b:{checked(batch_id)}:"
+    return [f"{at}pending", f"{at}meta", f"{at}inflight"]
+
+
 BATCH_WORK_JOBS = ("ingest", "process", "retry", "recover")
 """The jobs that move a batch forward (a webhook does not): while one of them is queued or
 running, the batch's work is in Redis."""

@@ -438,8 +438,10 @@ class Settings(BaseSettings):
     """Per-tenant webhook signing secrets as JSON, e.g. `{"acme": "<32+ random characters>"}`
     (mount it from a Secret); a tenant without one cannot name a callback_url. Never logged."""
     webhook_allow_http_loopback: bool = False
-    """Development only: also call plain `http://` webhooks whose host is a loopback address.
-    Without it only `https://` URLs resolving to public addresses are called."""
+    """Development only: also call plain `http://` webhooks whose host is this host's loopback
+    (127.0.0.0/8, ::1, or IPv4-mapped ::ffff:127.0.0.0/104; never a NAT64, SIIT or
+    IPv4-compatible form). Without it only `https://` URLs resolving to public addresses
+    are called."""
     webhook_deadline_s: float = Field(default=3600.0, gt=0)
     """How long after a batch completes its webhook is still retried (with backoff)."""
     webhook_timeout_s: float = Field(default=10.0, gt=0)

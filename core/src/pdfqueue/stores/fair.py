@@ -128,7 +128,9 @@ class Dispatcher:
             with encoded(self.queue_name, jobs) as payloads:
                 for job, (_, payload) in zip(jobs, payloads, strict=True):
                     argv.append(f"{job.job_id}\n{job.cost}\n".encode() + payload)
-        added: int = await self.redis.eval(_REGISTER, 1, keys.batch(batch_id), *argv)  # type: ignore[misc]
+        added: int = await self.redis.eval(  # type: ignore[misc]
+            _REGISTER, 2, keys.batch(batch_id), keys.ERASED, *argv
+        )
         return added
 
     async def dispatch(self, finishing: str | None = None, worker: Worker | None = None) -> int:

@@ -9,7 +9,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from arq.constants import job_key_prefix, result_key_prefix
+from arq.constants import (
+    in_progress_key_prefix,
+    job_key_prefix,
+    result_key_prefix,
+    retry_key_prefix,
+)
 from arq.jobs import serialize_job
 from redis.asyncio import Redis
 
@@ -163,6 +168,23 @@ async def forget_results(redis: Redis, job_ids: Sequence[str]) -> int:
     if not job_ids:
         return 0
     removed: int = await redis.delete(*(result_key_prefix + j for j in job_ids))
+    return removed
+
+
+@typed_call(redis_errors)
+async def forget_jobs(redis: Redis, job_ids: Sequence[str]) -> int:
+    """Drop every key arq and pdfqueue keep per job id: the job (its arguments), its result
+    (arguments too, kept for `keep_result`), its in-progress and retry marks, its last error.
+    Returns how many keys were there."""
+    if not job_ids:
+        return 0
+    names = [
+        prefix + job_id
+        for job_id in job_ids
+        for prefix in (job_key_prefix, result_key_prefix, in_progress_key_prefix, retry_key_prefix)
+    ]
+    names += [keys.last_error(job_id) for job_id in job_ids]
+    removed: int = await redis.unlink(*names)
     return removed
 
 

@@ -176,6 +176,23 @@ class RetentionStore:
         )
         return n
 
+    async def file_indexes(self, batch_id: str, *, after: int, limit: int) -> list[int]:
+        """The indexes of up to `limit` of the batch's file rows past `after`, in order."""
+        rows = await self.pool.fetch(
+            "SELECT idx FROM pdfqueue_files WHERE batch_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
+            batch_id,
+            after,
+            limit,
+        )
+        return [int(r["idx"]) for r in rows]
+
+    async def retry_rounds(self, batch_id: str) -> int:
+        """How many retry rounds the batch has begun (0 for none, or no batch row)."""
+        n: int | None = await self.pool.fetchval(
+            "SELECT retries FROM pdfqueue_batches WHERE id = $1", batch_id
+        )
+        return n or 0
+
     async def delete_files(self, batch_id: str, *, limit: int) -> int:
         """Delete up to `limit` of the batch's file rows (lowest indexes first); how many."""
         status: str = await self.pool.execute(

@@ -234,6 +234,20 @@ class BatchState:
             pipe.expire(keys.batch(batch_id), self.ttl_s)
             await pipe.execute()
 
+    async def bury(self, batch_id: str, for_ms: int) -> None:
+        """Leave the tombstone of an accepted erasure for `for_ms`: no job of the batch
+        starts or registers work while it stands. Tombstones past their time are pruned."""
+        now_ms = int(datetime.now(UTC).timestamp() * 1000)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(keys.ERASED, "-inf", now_ms)
+            pipe.zadd(keys.ERASED, {keys.checked(batch_id): now_ms + for_ms})
+            await pipe.execute()
+
+    async def buried(self, batch_id: str) -> bool:
+        """Whether the batch's erasure has been accepted (and its tombstone stands)."""
+        until = await self.redis.zscore(keys.ERASED, keys.checked(batch_id))
+        return until is not None and until > datetime.now(UTC).timestamp() * 1000
+
     async def status(self, batch_id: str) -> BatchStatus | None:
         raw = await cast(Awaitable[bytes | None], self.redis.hget(keys.batch(batch_id), "status"))
         return BatchStatus(_text(raw)) if raw else None

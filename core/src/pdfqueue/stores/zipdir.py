@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdfqueue.domain.errors import DirectoryTooLarge, NotAZipArchive
+from pdfqueue.domain.zip64 import apply_zip64
 
 if TYPE_CHECKING:
     from pdfqueue.domain.settings import Settings
@@ -37,9 +38,6 @@ _TAIL_BYTES = _END64.size + _LOCATOR.size + _END.size + _MAX_COMMENT
 READ_CHUNK_BYTES = 1024**2
 """Bytes of central directory read at once: what the walk holds, plus one entry at most."""
 _UTF8_NAME = 0x800
-_ZIP64_EXTRA = 0x0001
-_U32_MAX = 0xFFFF_FFFF
-_U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
 
 @dataclass(frozen=True)
@@ -83,6 +81,8 @@ class Entry:
     name_valid: bool = True
     """False when the name's bytes are not the UTF-8 its flag claims: `name` then holds them
     with U+FFFD for each bad sequence, and the member (not the archive) is refused."""
+    raw_name: bytes = b""
+    """The name's bytes as the directory stores them: the local header must hold the same."""
 
     @property
     def is_dir(self) -> bool:
@@ -96,7 +96,14 @@ def walk_directory(backend: Backend, key: str, limits: DirectoryLimits) -> Itera
     more than the limits allow, and during the walk as soon as it meets one entry more than
     `limits.max_entries`. Raises `NotAZipArchive` when the records are missing or damaged.
     """
-    end = read_end_record(backend, key)
+    yield from walk_entries(backend, key, read_end_record(backend, key), limits)
+
+
+def walk_entries(
+    backend: Backend, key: str, end: EndRecord, limits: DirectoryLimits
+) -> Iterator[Entry]:
+    """`walk_directory` from end records already read (whose `directory_start` is where
+    the last member's bytes must end)."""
     check_declared(end, limits)
     yield from _entries(_DirectoryReader(backend, key, end), end.shift, limits.max_entries)
 
@@ -221,9 +228,9 @@ def _entries(reader: _DirectoryReader, shift: int, max_entries: int) -> Iterator
 
 def _entry(index: int, fields: tuple[int, ...], name: bytes, extra: bytes, shift: int) -> Entry:
     flags, method, crc, compressed, size, offset = (*fields[5:7], *fields[9:12], fields[18])
-    size, compressed, offset = _apply_zip64(extra, size, compressed, offset)
+    size, compressed, offset = apply_zip64(extra, size, compressed, offset)
     decoded, valid = _decode_name(name, flags)
-    return Entry(index, decoded, flags, method, crc, compressed, size, offset + shift, valid)
+    return Entry(index, decoded, flags, method, crc, compressed, size, offset + shift, valid, name)
 
 
 def _decode_name(raw: bytes, flags: int) -> tuple[str, bool]:
@@ -237,25 +244,3 @@ def _decode_name(raw: bytes, flags: int) -> tuple[str, bool]:
         return raw.decode("utf-8"), True
     except UnicodeDecodeError:
         return raw.decode("utf-8", "replace"), False
-
-
-def _apply_zip64(extra: bytes, size: int, compressed: int, offset: int) -> tuple[int, int, int]:
-    """Sizes and offset from the ZIP64 extra field where the 32-bit ones are maxed out,
-    with the checks `zipfile.ZipInfo._decodeExtra` makes."""
-    while len(extra) >= 4:
-        kind, length = struct.unpack_from("<HH", extra)
-        if length + 4 > len(extra):
-            raise NotAZipArchive(f"Corrupt extra field {kind:04x} (size={length})")
-        if kind == _ZIP64_EXTRA:
-            data = extra[4 : length + 4]
-            try:
-                if size in (_U64_MAX, _U32_MAX):
-                    (size,), data = struct.unpack_from("<Q", data), data[8:]
-                if compressed == _U32_MAX:
-                    (compressed,), data = struct.unpack_from("<Q", data), data[8:]
-                if offset == _U32_MAX:
-                    (offset,) = struct.unpack_from("<Q", data)
-            except struct.error as exc:
-                raise NotAZipArchive("Corrupt zip64 extra field") from exc
-        extra = extra[length + 4 :]
-    return size, compressed, offset

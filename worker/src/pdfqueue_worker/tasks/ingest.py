@@ -15,6 +15,7 @@ from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import submit
 from pdfqueue_worker.observe import observed_job
 from pdfqueue_worker.tasks.tries import (
+    ERASED,
     keeps_try_on_shutdown,
     last_try_error,
     record_outcomes,
@@ -31,6 +32,8 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
     deps: Deps = ctx["deps"]
     try:
         async with asyncio.timeout(deps.settings.job_timeout_s):  # see `process`
+            if await deps.lifecycle.buried(batch_id):  # its erasure is accepted
+                return ERASED
             if ctx["job_try"] <= deps.settings.max_tries:
                 try:
                     return await _ingest(deps, batch_id, source)

@@ -31,6 +31,7 @@ from pdfqueue_worker.observe import observed_job, stage
 from pdfqueue_worker.parse import Extraction
 from pdfqueue_worker.payload import Packed, cut, inflate
 from pdfqueue_worker.tasks.tries import (
+    ERASED,
     ScansWaiting,
     give_try_back,
     keeps_try_on_shutdown,
@@ -82,6 +83,8 @@ async def process(
             parse_until = asyncio.get_running_loop().time() + max(
                 deps.settings.job_timeout_s - RECORD_RESERVE_S, deps.settings.job_timeout_s / 2
             )
+            if await deps.lifecycle.buried(batch_id):  # its erasure is accepted
+                return ERASED
             if await deps.lifecycle.status(batch_id) is BatchStatus.CANCELLED:
                 await deps.lifecycle.settle(batch_id)  # the canceller may have died
                 return "cancelled"

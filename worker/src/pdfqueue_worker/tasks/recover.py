@@ -17,6 +17,7 @@ from pdfqueue_worker.dispatch import submit
 from pdfqueue_worker.observe import observed_job
 from pdfqueue_worker.tasks.retry import UPLOAD_GONE
 from pdfqueue_worker.tasks.tries import (
+    ERASED,
     keeps_try_on_shutdown,
     last_try_error,
     record_outcomes,
@@ -38,6 +39,8 @@ async def recover(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
     deps: Deps = ctx["deps"]
     try:
         async with asyncio.timeout(deps.settings.job_timeout_s):
+            if await deps.lifecycle.buried(batch_id):  # its erasure is accepted
+                return ERASED
             if ctx["job_try"] > deps.settings.max_tries:
                 error = f"recovery gave up: {await last_try_error(deps, ctx)}"
                 await deps.lifecycle.fail(batch_id, error, reason="ingest_gave_up")

@@ -16,6 +16,7 @@ from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.dispatch import submit
 from pdfqueue_worker.observe import observed_job
 from pdfqueue_worker.tasks.tries import (
+    ERASED,
     keeps_try_on_shutdown,
     last_try_error,
     record_outcomes,
@@ -38,6 +39,8 @@ async def retry(ctx: dict[str, Any], *, batch_id: str, source: str, retry_round:
     deps: Deps = ctx["deps"]
     try:
         async with asyncio.timeout(deps.settings.job_timeout_s):
+            if await deps.lifecycle.buried(batch_id):  # its erasure is accepted
+                return ERASED
             if ctx["job_try"] > deps.settings.max_tries:
                 return await _give_up(deps, batch_id, await last_try_error(deps, ctx))
             return await _fan_out(deps, batch_id, source, retry_round)

@@ -22,6 +22,9 @@ from pdfqueue_worker.observe import stage
 
 log = logging.getLogger(__name__)
 Task = Callable[..., Coroutine[Any, Any, Any]]
+ERASED = "erased"
+"""What a job of a batch whose erasure is accepted returns, before doing anything: every
+batch-work job (ingest, process, retry, recover) asks `Lifecycle.buried` first."""
 
 
 def keeps_try_on_shutdown(task: Task) -> Task:
