@@ -43,7 +43,7 @@ async def batch_files(
     batch_id: BatchId,
     tenant: Tenant,
     service: Service,
-    format: Annotated[str, Query(pattern="^(json|csv)$")] = "json",
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> Response:
     """Per-file outcomes with reasons, as JSON or `?format=csv`."""
     rows = service.files(tenant, batch_id)
