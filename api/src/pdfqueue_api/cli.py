@@ -9,8 +9,8 @@ from typing import Any
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("api", help="serve the HTTP API")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     p.set_defaults(run=run)
 
 

@@ -30,9 +30,9 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "demo", help="run the whole pipeline on generated résumés"
     )
-    p.add_argument("--files", type=int, default=300)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--files", type=int, default=300, help="résumés to generate (default 300)")
+    p.add_argument("--workers", type=int, default=2, help="workers to start (default 2)")
+    p.add_argument("--port", type=int, default=8000, help="the API's port (default 8000)")
     p.add_argument("--no-wait", action="store_true", help="exit when the batch is done")
     p.set_defaults(run=run)
 

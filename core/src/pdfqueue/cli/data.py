@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pdfqueue.cli.client import Client
+from pdfqueue.cli.output import add_format, show
 from pdfqueue.domain.errors import InvalidDuration, PdfQueueError
 from pdfqueue.domain.settings import Settings
 
@@ -49,7 +50,7 @@ def add_commands(
     )
     p.add_argument("--tenant", help="only this tenant's batches")
     p.add_argument("--dry-run", action="store_true", help="count what would go; remove nothing")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_format(p, "json")
     p.set_defaults(run=cmd_purge)
 
     p = sub.add_parser(
@@ -66,7 +67,7 @@ def add_commands(
     p.add_argument("batch_id", nargs="?")
     p.add_argument("--email", help="erase this person instead (administrator)")
     p.add_argument("--dry-run", action="store_true", help="with --email: count, remove nothing")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_format(p, "json")
     client_args(p)
     p.set_defaults(run=cmd_erase)
 
@@ -78,7 +79,7 @@ def add_commands(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--since", metavar="DURATION", type=duration, default="30d", help="default 30d")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_format(p, "json")
     p.set_defaults(run=cmd_audit)
 
 
@@ -103,7 +104,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
         "audit_records_removed": report.audit_records_removed,
         "dry_run": args.dry_run,
     }
-    if args.json:
+    if args.format == "json":
         print(json.dumps(found))
         return 0
     verb = "would remove" if args.dry_run else "removed"
@@ -123,7 +124,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
         return 2
     if args.email is not None:
         removed = _with_eraser(lambda e: e.erase_person(args.email, dry_run=args.dry_run))
-        if args.json:
+        if args.format == "json":
             print(json.dumps({**asdict(removed), "dry_run": args.dry_run}))
         else:
             verb = "would remove" if args.dry_run else "removed"
@@ -138,7 +139,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
         return 2
     with Client(args.url, args.token) as client:
         answer = _erase_batch(client, args.batch_id)
-    if args.json:
+    if args.format == "json":
         print(json.dumps(answer))
     elif answer["erased"]:
         console.print(
@@ -170,7 +171,7 @@ def _erase_batch(client: Client, batch_id: str) -> dict[str, Any]:
 def cmd_audit(args: argparse.Namespace) -> int:
     since = datetime.fromtimestamp(time.time() - args.since, UTC)
     records = _with_eraser(lambda e: e.retention.audit_since(since))
-    if args.json:
+    if args.format == "json":
         print(json.dumps([{**asdict(r), "at": r.at.isoformat()} for r in records]))
         return 0
     table = Table("at", "actor", "action", "subject", "files", "objects", "bytes")
@@ -184,7 +185,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             str(r.objects),
             str(r.bytes),
         )
-    Console().print(table)
+    show(table)
     return 0
 
 

@@ -52,6 +52,9 @@ __all__ = [  # what tests and the demo take from here
     "print_summary",
 ]
 console = Console(stderr=True)
+BATCH_ID_HELP = (
+    "the batch's id: 32 hex characters, as upload printed (`pdfqueue batches` lists them)"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,12 +103,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_upload)
 
     p = _command(sub, "status", "show a batch's progress", "pdfqueue status 3f2a...")
-    p.add_argument("batch_id")
+    p.add_argument("batch_id", help=BATCH_ID_HELP)
     add_format(p, "json")
     p.set_defaults(run=cmd_status)
 
     p = _command(sub, "watch", "follow a running batch until it ends", "pdfqueue watch 3f2a...")
-    p.add_argument("batch_id")
+    p.add_argument("batch_id", help=BATCH_ID_HELP)
     add_format(p, "json")  # json: no bar, the final summary
     p.set_defaults(run=cmd_watch)
 
@@ -120,7 +123,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "print a batch's per-file report",
         "pdfqueue files 3f2a... --outcome failed\n  pdfqueue files 3f2a... --csv > report.csv",
     )
-    p.add_argument("batch_id")
+    p.add_argument("batch_id", help=BATCH_ID_HELP)
     p.add_argument(
         "--outcome",
         choices=[*OUTCOME_LABELS, "ignored", "retrying"],
@@ -132,7 +135,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = _command(
         sub, "cancel", "cancel a batch: pending work is dropped", "pdfqueue cancel 3f2a..."
     )
-    p.add_argument("batch_id")
+    p.add_argument("batch_id", help=BATCH_ID_HELP)
     add_format(p, "json")
     p.set_defaults(run=cmd_cancel)
 
@@ -142,7 +145,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "re-run a finished batch's files that failed for a reason that may pass",
         "pdfqueue retry 3f2a... --wait\n  pdfqueue retry 3f2a... --all-failed",
     )
-    p.add_argument("batch_id")
+    p.add_argument("batch_id", help=BATCH_ID_HELP)
     p.add_argument(
         "--all-failed", action="store_true", help="re-run every failed file, whatever its reason"
     )
@@ -188,7 +191,9 @@ def _client_args(p: argparse.ArgumentParser) -> None:
         help="the API (default $PDFQUEUE_URL or http://127.0.0.1:8000)",
     )
     p.add_argument(
-        "--token", default=os.environ.get("PDFQUEUE_TOKEN"), help="default $PDFQUEUE_TOKEN"
+        "--token",
+        default=os.environ.get("PDFQUEUE_TOKEN"),
+        help="your tenant's token (default $PDFQUEUE_TOKEN); required: without one nothing is sent",
     )
 
 

@@ -32,7 +32,7 @@ def add_format(p: argparse.ArgumentParser, *formats: str) -> None:
         choices=choices,
         default="table",
         type=str.lower,
-        help=f"what to print on stdout: {', '.join(choices)} (default table)",
+        help="what to print on stdout (default table, for a person to read)",
     )
     for name in formats:
         group.add_argument(
@@ -54,13 +54,21 @@ def add_id_column(table: Table, header: str = "batch") -> None:
     table.add_column(header, no_wrap=True, min_width=ID_WIDTH, overflow="ignore")
 
 
+class _Stdout(Console):
+    """stdout; a closed pipe raises BrokenPipeError like any write, for `main` to end on
+    with EXIT_PIPE_CLOSED (rich's own way is a silent exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def show(table: Table) -> None:
     """Print `table` on stdout at the terminal's width (80 when piped, or $COLUMNS); wider
     when it needs more to keep its ids whole, rather than cut one."""
-    console = Console()
+    console = _Stdout()
     needed = Measurement.get(console, console.options.update_width(UNBOUNDED), table).minimum
     if needed > console.width:
-        console = Console(width=needed)
+        console = _Stdout(width=needed)
     console.print(table, highlight=False)
 
 
