@@ -26,10 +26,11 @@ BENCH_ARGS ?=
 # `make demo DEMO_ARGS="--port 8001 --no-wait"`: another port, and exit once the batch is done
 DEMO_ARGS ?=
 
-.PHONY: help deps tools services services-stop test lint docs docs-refs demo bench bench-deps clean
+.PHONY: help deps tools services services-stop test lint docs docs-refs demo demo-stop bench bench-deps clean
 
 help:
-	@echo "make demo   - run the whole pipeline on 300 generated résumés (installs what is missing)"
+	@echo "make demo   - run the whole pipeline on 300 generated résumés (installs what is missing);"
+	@echo "              Ctrl-C stops its API and workers, make demo-stop its Redis and PostgreSQL"
 	@echo "make test   - start Redis, PostgreSQL and an S3 server, then run the test suite"
 	@echo "              (with the chart on real pods where containers can run; PYTEST_ARGS=--no-pods"
 	@echo "              or PDFQUEUE_PODS=0 skips them, PYTEST_ARGS=--pods fails where they cannot run)"
@@ -97,12 +98,18 @@ docs-refs: deps  ## the generated reference pages of docs/; tests/unit/test_gene
 	$(UV) run python -m pdfqueue_dev.refdocs
 	$(UV) run python -m pdfqueue_dev.chartschema
 
+# exec: make passes a SIGTERM on to its recipe's process alone, which is then uv (uv passes it
+# on to the demo), not a shell that would die of it and leave the demo running. Ctrl-C reaches
+# make, uv and the demo at once (one process group); only the demo acts on it.
 demo: deps
 	export $(DEMO_PORTS); \
 	bash tools/services.sh start $(DEMO_STATE) --no-s3; \
 	eval "$$(bash tools/services.sh env $(DEMO_STATE))"; \
 	export PDFQUEUE_STORAGE_URL=file://$(CURDIR)/.pdfqueue/storage; \
-	$(UV) run pdfqueue demo $(DEMO_ARGS)
+	exec $(UV) run pdfqueue demo $(DEMO_ARGS)
+
+demo-stop:  ## the demo's Redis and PostgreSQL, which outlive it for the next run
+	export $(DEMO_PORTS); bash tools/services.sh stop $(DEMO_STATE)
 
 # What the bench's corpora need beyond the Python environment: LibreOffice (headless Writer,
 # fonts, hyphenation patterns) and Ghostscript write the libreoffice and ghostscript corpora.
@@ -118,7 +125,6 @@ bench: deps tools bench-deps
 	bash tools/services.sh stop $(BENCH_STATE); \
 	exit $$rc
 
-clean: services-stop
-	bash tools/services.sh stop $(DEMO_STATE)
+clean: services-stop demo-stop
 	export $(BENCH_PORTS); bash tools/services.sh stop $(BENCH_STATE)
 	rm -rf .state .state-bench .pdfqueue $(BENCH_SHM)

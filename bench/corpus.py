@@ -16,9 +16,9 @@ from typing import Any
 
 import asyncpg
 
-from bench import ghostscript, libreoffice
-from bench.documents import Density, render
-from pdfqueue_dev.samples import (
+from pdfqueue_dev.corpora import ghostscript, libreoffice
+from pdfqueue_dev.corpora.documents import Density, render
+from pdfqueue_dev.corpora.samples import (
     CLEAN,
     Corpus,
     SampleFile,

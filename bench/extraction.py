@@ -11,10 +11,10 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
-from bench.labelled import Labelled, User, cached
 from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.users import UserRow
+from pdfqueue_dev.corpora.labelled import Labelled, User, cached
 from pdfqueue_worker.matching import Verdict, choose
 from pdfqueue_worker.parse import Extraction, Ocr, read_pdf
 

@@ -188,7 +188,9 @@ async def _open_batch(settings: Settings, first_user: int, jobs: int, per_job: i
     pool = await connect(settings.database_url, max_size=2)
     try:
         lifecycle = lifecycle_over(pool, redis, settings)
-        await lifecycle.batches.create(batch_id, TENANT, f"uploads/{batch_id}.zip")
+        await lifecycle.batches.create(
+            batch_id, TENANT, f"uploads/{batch_id}.zip", queue_name=lifecycle.queue_name
+        )
         await lifecycle.state.create(batch_id, TENANT, utcnow())
         await lifecycle.start(batch_id, total, [])
         payload = (

@@ -33,7 +33,7 @@ from bench.report import save, utc_stamp
 from bench.report_rss import stream
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import TERMINAL
-from pdfqueue_dev.samples import Corpus
+from pdfqueue_dev.corpora.samples import Corpus
 
 CORPORA = ("sparse", "typical", "long", "libreoffice", "ghostscript")
 COMPARED = (
@@ -50,10 +50,11 @@ COMPARED = (
 
 
 def load_corpus(name: str, n: int, seed: int) -> tuple[Corpus, Path]:
-    """`sparse`: the sample résumés (re-addressed); the denser ones come from bench.documents."""
+    """`sparse`: the sample résumés (re-addressed); the denser ones come from
+    pdfqueue_dev.corpora.documents."""
     if name == "sparse":
         return readdressed.sparse(n, seed)
-    from bench.documents import Density
+    from pdfqueue_dev.corpora.documents import Density
 
     return corpus.corpus(n, seed, Density(name))
 

@@ -14,9 +14,9 @@ from typing import Any
 import pypdfium2 as pdfium
 from pypdf import PdfReader
 
-from bench.documents import PRODUCERS, Density, render
 from bench.report import save, utc_stamp
-from pdfqueue_dev.samples import CLEAN, build_corpus, render_pdf
+from pdfqueue_dev.corpora.documents import PRODUCERS, Density, render
+from pdfqueue_dev.corpora.samples import CLEAN, build_corpus, render_pdf
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.parse import read_pdf, read_pdf_pypdf
 

@@ -15,9 +15,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from bench import corpus
-from bench.documents import Density
 from bench.pipeline import Bench
 from bench.procs import Sampler
+from pdfqueue_dev.corpora.documents import Density
 from pdfqueue_dev.processes import Child
 
 SOURCE = Path(

@@ -37,6 +37,7 @@ from pdfqueue.stores.schema import migrate
 PDFS_PER_HOUR = 1_000_000
 PARALLEL_JOBS = 4
 TENANT = "footprint"
+QUEUE = Settings().queue_name
 FIRST_NAMES = ("Zoë", "Jürgen", "Ana", "Siobhán", "Łukasz", "Mei", "Olusegun", "François")
 LAST_NAMES = ("Müller-Øster", "García Márquez", "Nguyễn", "O'Connor", "Kowalski", "Håkansson")
 # The mix of a typical run (bench/results/mission-*.json links ~85 %): outcome, reason.
@@ -113,7 +114,9 @@ async def _fill(
     while done < pdfs:
         size = min(batch_pdfs, pdfs - done)
         batch_id = uuid.uuid4().hex
-        await batches.create(batch_id, TENANT, keys.upload(batch_id), file_name="export.zip")
+        await batches.create(
+            batch_id, TENANT, keys.upload(batch_id), file_name="export.zip", queue_name=QUEUE
+        )
         await batches.start(batch_id, size, 0)
         starts = list(range(0, size, per_job))
         for k in range(0, len(starts), PARALLEL_JOBS):

@@ -20,7 +20,6 @@ import httpx
 from redis import Redis
 
 from bench import corpus
-from bench.documents import Density
 from bench.procs import Sampler, listener_pid
 from pdfqueue.cli.client import Client
 from pdfqueue.domain import keys
@@ -28,6 +27,7 @@ from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.provision import provision
 from pdfqueue.stores.postgres import connect
+from pdfqueue_dev.corpora.documents import Density
 from pdfqueue_dev.processes import Child, free_port, free_ports, stop_all, wait_http, wait_until
 
 REQUIRED = ("PDFQUEUE_REDIS_URL", "PDFQUEUE_DATABASE_URL", "PDFQUEUE_S3_ENDPOINT_URL")

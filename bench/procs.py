@@ -10,51 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdfqueue_dev.processes import proc_stats
+from pdfqueue_dev.proctree import ProcInfo, descendants, snapshot
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 MB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class ProcInfo:
-    pid: int
-    ppid: int
-    comm: str
-    own_s: float
-    """utime + stime: this process alone."""
-    reaped_s: float
-    """cutime + cstime: the children it has waited for (a pool's recycled processes)."""
-
-    @property
-    def cpu_s(self) -> float:
-        return self.own_s + self.reaped_s
-
-
-def snapshot() -> dict[int, ProcInfo]:
-    """Every process on the machine, from /proc/<pid>/stat."""
-    procs: dict[int, ProcInfo] = {}
-    for pid, (comm, fields) in proc_stats().items():
-        # fields[0] is state (field 3 of stat(5)); utime, stime, cutime, cstime are 14..17
-        own = (int(fields[11]) + int(fields[12])) / TICK
-        reaped = (int(fields[13]) + int(fields[14])) / TICK
-        procs[pid] = ProcInfo(pid, int(fields[1]), comm, own, reaped)
-    return procs
-
-
-def descendants(root: int, procs: dict[int, ProcInfo]) -> list[int]:
-    """`root` and everything below it."""
-    children: dict[int, list[int]] = {}
-    for p in procs.values():
-        children.setdefault(p.ppid, []).append(p.pid)
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        if pid in procs:
-            out.append(pid)
-            todo.extend(children.get(pid, ()))
-    return out
 
 
 def listener_pid(port: int) -> int | None:

@@ -1,6 +1,7 @@
 """Big sparse corpora in minutes: the sample résumés, rendered once each, re-addressed per copy.
 
-`pdfqueue_dev.samples` renders one résumé in ~16 ms of CPU (~80 ms on the loaded bench machine):
+`pdfqueue_dev.corpora.samples` renders one résumé in ~16 ms of CPU (~80 ms on the loaded bench
+machine):
 50,000 of them would take an hour. Here a few hundred templates are rendered by the same
 code with uncompressed content streams, and every PDF of the corpus is a template whose
 address's local part is replaced by a unique one of the same length (`u` + digits), so
@@ -18,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 from bench.corpus import CACHE
-from pdfqueue_dev.samples import (
+from pdfqueue_dev.corpora.samples import (
     CLEAN,
     Corpus,
     Expect,

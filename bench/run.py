@@ -12,13 +12,13 @@ import traceback
 from typing import Any
 
 from bench import corpus, report
-from bench.documents import Density
 from bench.peer import run_peer
 from bench.pipeline import Bench, run_config
 from bench.procs import filesystem
 from bench.sse import line as sse_line
 from bench.sse import run_sse
 from bench.upload_rss import run_upload_rss
+from pdfqueue_dev.corpora.documents import Density
 
 PAIR_KEYS = ("goodput", "pdfs_per_s", "failed", "skipped_no_match", "cpu_ms_per_linked")
 

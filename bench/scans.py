@@ -1,7 +1,8 @@
 """`python -m bench.scans`: a batch of scanned résumés end to end, every one needing OCR.
 
-Each PDF is one page of a typical résumé (`bench.documents`) as a scanner gives it
-(`bench.labelled.scan`: a 300 dpi grayscale JPEG, about 1.4 MB), naming a known user. One
+Each PDF is one page of a typical résumé (`pdfqueue_dev.corpora.documents`) as a scanner gives
+it (`pdfqueue_dev.corpora.labelled.scan`: a 300 dpi grayscale JPEG, about 1.4 MB), naming a
+known user. One
 batch goes through a fresh API and workers at their default settings (as `bench.pipeline`
 starts them); the bench reports its time, its outcomes and reasons, and how many tries the
 jobs took. A job of scans needs far more parsing time than a try has, so this is where jobs
@@ -12,7 +13,8 @@ is a finding.
 (paired: the same scan, the order turned from one scan to the next), and reports the CPU
 time (process time, not wall time: the machine is shared) of each read's page one (its
 image, Tesseract and the candidates) at the median and p95, and recall and wrong links on
-clean and noisy scans: typical résumés scanned in every style of `bench.labelled`, and the
+clean and noisy scans: typical résumés scanned in every style of
+`pdfqueue_dev.corpora.labelled`, and the
 labelled corpus's scans.
 
     uv run python -m bench.scans [--n 96] [--dpi 300] [--workers 1]
@@ -37,13 +39,13 @@ import asyncpg
 import pypdfium2 as pdfium
 
 from bench import corpus
-from bench.documents import Density, render
-from bench.labelled import SCAN_STYLES, ScanStyle, cached, scan
 from bench.pipeline import Bench, Deployment, arq_timings
 from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.users import UserRow
-from pdfqueue_dev.samples import CLEAN, Corpus, build_corpus, member_info
+from pdfqueue_dev.corpora.documents import Density, render
+from pdfqueue_dev.corpora.labelled import SCAN_STYLES, ScanStyle, cached, scan
+from pdfqueue_dev.corpora.samples import CLEAN, Corpus, build_corpus, member_info
 from pdfqueue_worker import ocr
 from pdfqueue_worker.candidates import Source, page_candidates
 from pdfqueue_worker.matching import choose

@@ -19,7 +19,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.schema import migrate
 from pdfqueue.stores.storage import Storage
-from pdfqueue_dev.samples import Corpus, Mix, build_corpus, seed_users, write_zip
+from pdfqueue_dev.corpora.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 from tests.support.helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker
 from tests.support.podsmode import pods_mode
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.fair import Dispatcher
 from pdfqueue.stores.queue import Job
+from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
+from tests.support.helpers import MakeCorpus
 from tests.support.kube_env import Cluster, StartOperator
 from tests.support.scaling import (
     backlog,
@@ -28,6 +32,16 @@ from tests.support.scaling import (
 )
 
 pytestmark = pytest.mark.kube
+EXAMPLE = Path(__file__).parents[1] / "k8s" / "examples" / "pdfbatch.yaml"
+
+
+def pdfbatch_manifest(source: str, name: str) -> dict[str, Any]:
+    manifest: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    manifest["spec"]["source"] = source
+    manifest["metadata"]["name"] = name
+    return manifest
+
+
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 
@@ -153,3 +167,44 @@ async def test_pending_work_not_yet_released_scales_the_fleet_out(
     await start_operator(namespace)
     async with watch_replicas(kube, namespace, "workers") as timeline:
         await replicas_become(timeline, 3, "scaled out for pending work", 20)
+
+
+async def test_a_deleted_pdfbatch_that_never_ran_scales_the_workers_back_as_fast_as_a_finished_one(
+    kube: Cluster,
+    namespace: str,
+    start_operator: StartOperator,
+    make_corpus: MakeCorpus,
+    storage: Storage,
+    settings: Settings,
+) -> None:
+    """No worker ever runs: the batch's ingest is queued, the fleet scales up for it, and the
+    object is deleted. The cancel drops the ingest, so the fleet goes back to zero after the
+    same window and cooldown as after a batch that finished."""
+    window_s = cooldown_s = 5.0
+    await kube.apply(
+        worker_deployment(
+            "workers",
+            queue=settings.queue_name,
+            min_replicas="0",
+            max_replicas="2",
+            target_per_replica="5",
+            scale_down_stabilization_seconds=str(window_s),
+            idle_cooldown_seconds=str(cooldown_s),
+        ),
+        namespace=namespace,
+    )
+    _, path = await make_corpus(3, seed=5)
+    await storage.put("incoming/hr/never-ran.zip", path.read_bytes())
+    await start_operator(namespace)
+    async with watch_replicas(kube, namespace, "workers") as timeline:
+        await kube.apply(
+            pdfbatch_manifest(storage.url("incoming/hr/never-ran.zip"), "never-ran"),
+            namespace=namespace,
+        )
+        await replicas_become(timeline, 1, "scaled up for the ingest", 20)
+        await kube.kubectl("delete", "pdfbatch", "never-ran", "-n", namespace)
+        deleted_at = time.monotonic()
+        await replicas_become(
+            timeline, 0, "scaled to zero after the cancel", window_s + cooldown_s + 20
+        )
+        assert timeline.first(deleted_at, lambda r: r == 0) - deleted_at < window_s + cooldown_s + 5

@@ -16,6 +16,7 @@ import pytest
 from pdfqueue.cli.client import NotAZip, check_zip
 from pdfqueue.cli.main import (
     EXIT_ALREADY_ENDED,
+    EXIT_BATCH_ENDED,
     EXIT_ERROR,
     EXIT_FILES_FAILED,
     EXIT_OK,
@@ -104,6 +105,39 @@ async def test_upload_wait_lists_and_reports_with_exit_codes(
     assert code == EXIT_ALREADY_ENDED
     assert f"batch {batch_id} had already ended COMPLETED, so nothing was cancelled" in err
     assert "COMPLETED" in out
+
+
+async def test_a_zip_without_pdfs_fails_and_every_command_says_so_with_a_nonzero_exit(
+    served: str, capsys: pytest.CaptureFixture[str], run_worker: RunWorker, tmp_path: Path
+) -> None:
+    path = tmp_path / "no-pdf.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("readme.txt", "hello")
+        zf.writestr("a.docx", b"not a pdf")
+
+    async def work_when_queued() -> None:
+        async with httpx.AsyncClient(base_url=served, headers=ACME) as http:
+            while not (await http.get("/v1/batches")).json()["batches"]:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        await run_worker()
+
+    worker = asyncio.create_task(work_when_queued())
+    code, out, _ = await run(capsys, "upload", str(path), "--wait", url=served)
+    await worker
+    assert code == EXIT_BATCH_ENDED
+    words = " ".join(out.split())
+    assert "FAILED" in words
+    assert "the ZIP holds 2 files and none is a PDF" in words
+    assert "no_pdf_members" in words
+    assert "readme.txt" not in words  # the names are the report's (`pdfqueue files`)
+
+    async with httpx.AsyncClient(base_url=served, headers=ACME) as http:
+        batch_id = (await http.get("/v1/batches")).json()["batches"][0]["batch_id"]
+    code, out, _ = await run(capsys, "status", batch_id, "--json", url=served)
+    assert code == EXIT_BATCH_ENDED
+    assert json.loads(out)["reason"] == "no_pdf_members"
+    code, _, _ = await run(capsys, "watch", batch_id, url=served)
+    assert code == EXIT_BATCH_ENDED
 
 
 async def test_usual_mistakes_get_clear_messages(

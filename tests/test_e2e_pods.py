@@ -23,10 +23,14 @@ import base64
 import contextlib
 import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +39,8 @@ import pytest
 import yaml
 
 from pdfqueue.domain.models import TERMINAL
-from pdfqueue_dev.processes import wait_until
+from pdfqueue_dev.corpora.samples import Mix, build_corpus, write_zip
+from pdfqueue_dev.processes import free_port, wait_until
 from pdfqueue_dev.realnode import (
     CHART_IMAGES,
     CommandFailed,
@@ -44,10 +49,10 @@ from pdfqueue_dev.realnode import (
     node_env,
     run,
 )
-from pdfqueue_dev.samples import build_corpus, write_zip
 from tests.support.chartfix import CHART, HELM, KUBECTL, ROOT
 from tests.support.e2e.scenario import ClusterDriver, _seed, run_scenario
 from tests.support.podsmode import pods_mode
+from tests.support.tours import tour
 
 # The first test also builds the images and the node binaries when the cache is cold.
 pytestmark = [pytest.mark.pods, pytest.mark.timeout(3600)]
@@ -565,3 +570,173 @@ def test_helm_uninstall_leaves_only_the_pvcs(release: PodsDriver) -> None:
         ("PersistentVolumeClaim", f"data-{RELEASE}-redis-0"),
         ("PersistentVolumeClaim", f"data-{RELEASE}-s3-0"),
     ], kinds
+
+
+TOUR_NAMESPACE = "pdfqueue"  # the README's, as written
+TOUR_MIX = Mix(
+    known=0.7, no_email=0.15, unknown_email=0.15, already_linked=0, corrupt=0, encrypted=0
+)
+"""A reader's ZIP: people in emails.txt and some who are not; none broken (the upload's
+--wait exits 3 when a file failed, which would end the tour's shell)."""
+
+
+@dataclass
+class Tour:
+    """A reader's folder (the chart's `charts/` and `k8s/`, their `resumes.zip` and
+    `emails.txt`) and shell (kubectl, helm and uv on PATH, KUBECONFIG the node's)."""
+
+    kubeconfig: Path
+    workdir: Path
+    env: dict[str, str]
+
+    def kubectl(self, *args: str) -> str:
+        return run(KUBECTL, f"--kubeconfig={self.kubeconfig}", "-n", TOUR_NAMESPACE, *args)
+
+    def shell(self, block: str, name: str) -> str:
+        """Run `block` in bash -eu, in a session of its own whose processes (a port-forward
+        left in the background) are stopped afterwards, with this host's ports 8000 and 7070
+        replaced by free ones; its stdout. Output goes to files: a process left in the
+        background keeps a pipe open after the shell ends."""
+        for port in ("8000", "7070"):
+            free = str(free_port())
+            block = re.sub(rf"(port-forward \S+ ){port}:", rf"\g<1>{free}:", block)
+            block = block.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free}")
+        script = self.workdir / f"{name}.sh"
+        script.write_text(f"set -euo pipefail\n{block}")
+        out, err = (self.workdir / f"{name}.{kind}" for kind in ("out", "err"))
+        with out.open("w") as stdout, err.open("w") as stderr:
+            proc = subprocess.Popen(
+                ["bash", str(script)],
+                cwd=self.workdir,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+            )
+            try:
+                code = proc.wait(timeout=1500)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        printed = out.read_text()
+        assert code == 0, f"{script} exited {code}:\n{printed[-4000:]}\n{err.read_text()[-4000:]}"
+        return printed
+
+    def batches(self, phase: str) -> list[dict[str, Any]]:
+        """The namespace's PdfBatch objects once every one shows `phase` (the operator
+        copies progress into .status every couple of seconds)."""
+
+        def settled() -> list[dict[str, Any]] | None:
+            items: list[dict[str, Any]] = json.loads(
+                self.kubectl("get", "pdfbatches", "-o", "json")
+            )["items"]
+            done = items and all(i.get("status", {}).get("phase") == phase for i in items)
+            return items if done else None
+
+        found: list[dict[str, Any]] = wait_until(settled, f"every PdfBatch {phase}", 300)
+        return found
+
+    def cleanup(self) -> None:
+        """The tour's release and namespace gone (also what an interrupted run left)."""
+        subprocess.run(
+            [
+                str(HELM),
+                f"--kubeconfig={self.kubeconfig}",
+                "-n",
+                TOUR_NAMESPACE,
+                "uninstall",
+                "pdfqueue",
+                "--wait",
+            ],
+            capture_output=True,
+            check=False,
+            timeout=300,
+        )
+        run(
+            KUBECTL,
+            f"--kubeconfig={self.kubeconfig}",
+            "delete",
+            "namespace",
+            TOUR_NAMESPACE,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=180s",
+            timeout=240,
+        )
+
+
+@pytest.fixture
+def reader(real_node: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tour]:
+    workdir = tmp_path_factory.mktemp("tour")
+    for folder in ("charts", "k8s"):
+        (workdir / folder).symlink_to(ROOT / folder)
+    uv = Path(shutil.which("uv") or os.environ["UV"])
+    path = os.pathsep.join([str(HELM.parent), str(uv.parent), os.environ["PATH"]])
+    tour = Tour(real_node, workdir, {**os.environ, "KUBECONFIG": str(real_node), "PATH": path})
+    tour.cleanup()
+    try:
+        yield tour
+    finally:
+        tour.cleanup()
+
+
+def test_the_readme_kubernetes_tour_runs_as_written(reader: Tour) -> None:
+    """README's `<!-- tour: kubernetes -->` block, as a reader types it in a shell on this
+    host, then what NOTES.txt prints for the token and the users, then install.md's
+    `kubernetes-object` block (the ZIP into the bundled bucket with curl, a PdfBatch applied).
+    The only substitutions: `helm install` also gets the images built here (the node pulls
+    nothing) and a longer --timeout (a loaded machine), and the ports are free ones."""
+    corpus = build_corpus(40, seed=31, mix=TOUR_MIX)
+    write_zip(corpus, reader.workdir / "resumes.zip", seed=31)
+    (reader.workdir / "emails.txt").write_text("".join(f"{u.email}\n" for u in corpus.users))
+    (reader.workdir / "images.yaml").write_text(yaml.safe_dump(_image_values()))
+    expected = corpus.counts()
+
+    block = tour("kubernetes")
+    install = "helm install pdfqueue charts/pdfqueue"
+    assert block.count(install) == 1, block
+    out = reader.shell(block.replace(install, f"{install} -f images.yaml --timeout 10m"), "readme")
+    # the upload's --wait ended COMPLETED with no failed file (exit 0); the API's PdfBatch
+    # is listed with the CRD's columns, and shows the batch's counts once the operator copied them
+    header = r"^NAME\s+PHASE\s+FILES\s+PROCESSED\s+LINKED\s+FAILED\s+AGE$"
+    assert re.search(header, out, re.M), out
+    (batch,) = reader.batches("COMPLETED")
+    status = batch["status"]
+    assert status["totalFiles"] == status["processed"] == len(corpus.files), status
+    assert status["linked"] == expected["linked"] > 0, (status, expected)
+    assert status["skippedNoMatch"] == expected["skipped_no_match"] > 0, (status, expected)
+    assert status["failed"] == 0, status
+    row = reader.kubectl("get", "pdfbatch", batch["metadata"]["name"], "--no-headers").split()
+    columns = [str(status[k]) for k in ("totalFiles", "processed", "linked", "failed")]
+    assert row[1:6] == ["COMPLETED", *columns], row
+
+    # NOTES.txt: the token, read from the Secret, is the tenant's; the users show their PDFs
+    notes = run(
+        HELM, f"--kubeconfig={reader.kubeconfig}", "-n", TOUR_NAMESPACE, "get", "notes", "pdfqueue"
+    )
+    token_line = _notes_line(notes, "export PDFQUEUE_TOKEN=")
+    token = reader.shell(f'{token_line}\necho "$PDFQUEUE_TOKEN"\n', "token").strip()
+    ip = json.loads(reader.kubectl("get", "service", "pdfqueue-api", "-o", "json"))["spec"]
+    listed = httpx.get(
+        f"http://{ip['clusterIP']}:80/v1/batches",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert listed.status_code == 200, listed.text
+    assert [b["batch_id"] for b in listed.json()["batches"]] == [status["batchId"]]
+    users = reader.shell(_notes_line(notes, "SELECT id, email, pdf_url FROM users"), "users")
+    assert len([line for line in users.splitlines() if "pdfs/" in line]) == expected["linked"]
+
+    # a batch as an object: the ZIP into the bundled bucket with curl, then kubectl apply;
+    # the same people, whom the first batch linked already
+    reader.shell(tour("kubernetes-object", ROOT / "docs/operations/install.md"), "object")
+    applied = {b["metadata"]["name"]: b["status"] for b in reader.batches("COMPLETED")}
+    assert applied["resumes-2024-06"]["skippedAlreadyExists"] == expected["linked"], applied
+    assert applied["resumes-2024-06"]["linked"] == 0, applied
+
+
+def _notes_line(notes: str, needle: str) -> str:
+    """The one command line of NOTES.txt holding `needle`."""
+    (line,) = [line.strip() for line in notes.splitlines() if needle in line]
+    return line

@@ -29,7 +29,7 @@ from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.retention import ERASED_NAME, RetentionStore
 from pdfqueue.stores.storage import Storage
-from pdfqueue_dev.samples import CLEAN, Corpus, build_corpus, seed_users, write_zip
+from pdfqueue_dev.corpora.samples import CLEAN, Corpus, build_corpus, seed_users, write_zip
 from tests.support.helpers import GLOBEX, RunWorker, settings_env, upload
 
 ROOT = Path(__file__).parents[1]

@@ -167,7 +167,7 @@ async def test_purge_of_100k_rows_goes_in_chunks_through_indexes_while_writes_go
 
     # A running batch of the same tenant that keeps writing.
     running = secrets.token_hex(16)
-    await batch_rows.create(running, tenant, keys.upload(running))
+    await batch_rows.create(running, tenant, keys.upload(running), queue_name="pdfqueue:queue")
     await batch_rows.start(running, 10**6, 0)
     written = 0
 
@@ -183,7 +183,9 @@ async def test_purge_of_100k_rows_goes_in_chunks_through_indexes_while_writes_go
         await file_rows.record(running, rows)
         if written % (10 * n) == 0:  # an upload's durable row now and then
             upload = secrets.token_hex(16)
-            await batch_rows.create(upload, f"{tenant}-up", keys.upload(upload))
+            await batch_rows.create(
+                upload, f"{tenant}-up", keys.upload(upload), queue_name="pdfqueue:queue"
+            )
         written += n
         return time.perf_counter() - started
 

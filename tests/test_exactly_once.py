@@ -18,7 +18,7 @@ from pdfqueue.domain.models import Outcome
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.queue import Job, enqueue
 from pdfqueue.stores.state import BatchState, Recorded, Recording, utcnow
-from pdfqueue_dev.samples import CLEAN
+from pdfqueue_dev.corpora.samples import CLEAN
 from tests.support.helpers import ACME, MakeCorpus, RunWorker, upload
 
 

@@ -9,9 +9,9 @@ import asyncpg
 import httpx
 import pytest
 
-from bench.labelled import ScanStyle, fpdf_doc, scan
 from pdfqueue.domain.settings import Settings
-from pdfqueue_dev.samples import SampleUser, seed_users
+from pdfqueue_dev.corpora.labelled import ScanStyle, fpdf_doc, scan
+from pdfqueue_dev.corpora.samples import SampleUser, seed_users
 from tests.support.helpers import RunWorker, linked_user_ids, run_batch
 
 JANE = SampleUser(1, "jane.doe@people.example", "Jane Doe", None)

@@ -15,7 +15,7 @@ import signal
 import pytest
 
 from pdfqueue.domain.errors import is_transient
-from pdfqueue_dev.samples import Expect
+from pdfqueue_dev.corpora.samples import Expect
 from tests.support import faults
 from tests.support.faults import (
     Run,

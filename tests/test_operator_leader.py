@@ -25,9 +25,10 @@ from kubernetes.aio.client.exceptions import ApiException
 from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.kubeapi import connect
 from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_operator.errors import NotLeading
-from pdfqueue_operator.kube import Kube, connect
+from pdfqueue_operator.kube import Kube
 from tests.support.kube_env import Cluster, OperatorProcess, StartOperator
 from tests.support.scaling import (
     backlog,

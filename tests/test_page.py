@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -43,6 +44,19 @@ async def set_file(browser: DevTools, selector: str, path: Path) -> None:
     await browser.call("DOM.setFileInputFiles", nodeId=node["nodeId"], files=[str(path)])
 
 
+async def open_page(browser: DevTools, url: str, width: int, height: int) -> None:
+    """Load the page at `url` in a desktop window of `width` x `height` pixels."""
+    await browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=width,
+        height=height,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
+    await browser.call("Page.navigate", url=url)
+    await browser.wait_for("Page.loadEventFired")
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.settings(pdfs_per_job=2, worker_max_jobs=1)  # slow enough to be seen running
 async def test_page_follows_an_upload_to_its_report(
@@ -55,15 +69,7 @@ async def test_page_follows_an_upload_to_its_report(
     shots = DOCS if UPDATE_SCREENSHOTS else tmp_path
     corpus, path = await make_corpus(150, seed=41)
     expected = corpus.counts()
-    await browser.call(
-        "Emulation.setDeviceMetricsOverride",
-        width=1000,
-        height=1250,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    await browser.call("Page.navigate", url=f"{served}/")
-    await browser.wait_for("Page.loadEventFired")
+    await open_page(browser, f"{served}/", 1000, 1250)
     await browser.js(f"document.getElementById('token').value = {json.dumps(ACME_TOKEN)}")
     await set_file(browser, "#file", path)
     await browser.js("document.getElementById('go').click()")
@@ -220,6 +226,79 @@ async def test_page_erases_a_batch_behind_its_own_confirmation(
         assert await browser.js("document.getElementById('erase').hidden") is True
         gone = await http.delete(f"/v1/batches/{batch_id}", params={"erase": "true"})
         assert gone.status_code == 404  # the page finished it: nothing left to erase
+
+    assert await browser.js("window.__violations") == []
+    errors = [line for line in browser.console if "error" in line.lower()]
+    assert [e for e in errors if not e.endswith("/favicon.ico")] == []
+
+
+async def test_page_without_a_token_says_what_a_token_is_and_where_one_comes_from(
+    served: str, browser: DevTools, tmp_path: Path
+) -> None:
+    await open_page(browser, f"{served}/", 1000, 700)
+    await until(browser, "!document.getElementById('noToken').hidden")
+    words = await browser.js("document.getElementById('noToken').innerText")
+    assert "API token" in words
+    assert "PDFQUEUE_API_TOKENS" in words
+    assert "make demo" in words
+    shown = "(id) => document.getElementById(id).getClientRects().length > 0"
+    assert await browser.js(f"({shown})('batches')") is False  # no empty table
+    assert await browser.js(f"({shown})('form')") is False  # nor an upload bound to fail
+    assert await browser.js("document.activeElement.id") == "token"
+    await screenshot(browser, tmp_path, "page-no-token.png")
+
+    # The token entered, the page is the usual one.
+    await browser.js(f"document.getElementById('token').value = {json.dumps(ACME_TOKEN)}")
+    await browser.js("document.querySelector('#tokenForm button').click()")
+    await until(browser, f"({shown})('batches') && ({shown})('form')")
+    assert await browser.js("document.getElementById('noToken').hidden") is True
+    await until(  # the tenant's list, whatever it holds
+        browser,
+        "!document.getElementById('listEmpty').hidden"
+        " || document.querySelectorAll('#batches tbody tr').length > 0",
+    )
+
+    assert await browser.js("window.__violations") == []
+    errors = [line for line in browser.console if "error" in line.lower()]
+    assert [e for e in errors if not e.endswith("/favicon.ico")] == []
+
+
+async def test_page_shows_why_a_zip_without_pdfs_failed_and_lists_its_files(
+    served: str, browser: DevTools, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    path = tmp_path / "no-pdf.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("readme.txt", "hello")
+        zf.writestr("a.docx", b"not a pdf")
+    async with httpx.AsyncClient(base_url=served, headers=ACME) as http:
+        created = await http.post(
+            "/v1/batches", content=path.read_bytes(), headers={"Content-Type": "application/zip"}
+        )
+    batch_id = created.json()["batch_id"]
+    await run_worker()
+
+    await open_page(browser, f"{served}/", 1000, 900)
+    await browser.js(f"sessionStorage.setItem('pdfqueue-token', {json.dumps(ACME_TOKEN)})")
+    await browser.js(
+        f"history.pushState(null, '', '/batches/{batch_id}');"
+        "dispatchEvent(new PopStateEvent('popstate'))"
+    )
+    status = await until(
+        browser,
+        "document.getElementById('status').textContent.startsWith('FAILED')"
+        " && document.getElementById('status').textContent",
+    )
+    assert "the ZIP holds 2 files and none is a PDF" in str(status)
+    assert await browser.js("document.getElementById('why').hidden") is False
+    why = await browser.js("document.getElementById('why').textContent")
+    assert "no file in it has a name ending in .pdf" in why
+    assert "upload it again" in why
+    await until(browser, "document.querySelectorAll('#files tbody tr').length === 2")
+    names = await browser.js(
+        "[...document.querySelectorAll('#files tbody tr')].map((r) => r.cells[1].textContent)"
+    )
+    assert sorted(names) == ["a.docx", "readme.txt"]
+    await screenshot(browser, tmp_path, "page-no-pdf.png")
 
     assert await browser.js("window.__violations") == []
     errors = [line for line in browser.console if "error" in line.lower()]

@@ -14,7 +14,7 @@ import pytest
 from test_pipeline import wait_done
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue_dev.samples import CLEAN, build_corpus, render_pdf
+from pdfqueue_dev.corpora.samples import CLEAN, build_corpus, render_pdf
 from pdfqueue_worker.extractor import Extractor
 from pdfqueue_worker.parse import ENGINES, KEPT_ENVIRONMENT
 from tests.support.helpers import MakeCorpus, RunWorker, upload

@@ -32,7 +32,7 @@ from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
-from pdfqueue_dev.samples import Corpus, Mix, build_corpus, seed_users, write_zip
+from pdfqueue_dev.corpora.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 from tests.support.helpers import RunWorker
 from tests.support.spans import capture_spans
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import logging
 import math
 import zipfile
 from collections.abc import Callable
@@ -17,7 +18,7 @@ import pytest
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.storage import Storage
-from pdfqueue_dev.samples import CLEAN, Expect, render_pdf
+from pdfqueue_dev.corpora.samples import CLEAN, Expect, render_pdf
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, linked_user_ids, upload
 
 
@@ -129,21 +130,71 @@ async def test_multipart_upload_is_accepted(
     assert status["linked"] == 5
 
 
-async def test_zip_without_pdfs_and_empty_zip_complete_with_zero_files(
+async def test_zip_of_only_non_pdfs_fails_saying_what_it_found_without_names(
+    api: httpx.AsyncClient,
+    run_worker: RunWorker,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    only_others = tmp_path / "others.zip"
+    with zipfile.ZipFile(only_others, "w") as zf:
+        zf.writestr("readme.txt", "hello")
+        zf.writestr("Ann Smith CV.docx", b"PK not really")
+        zf.writestr("docs/", "")  # a folder is no file
+        zf.writestr("__MACOSX/._readme.txt", "")  # nor is an archiver's metadata
+    batch_id = await upload(api, only_others)
+    await run_worker()
+
+    status = await wait_done(api, batch_id)
+    assert status["status"] == "FAILED", status
+    assert status["reason"] == "no_pdf_members"
+    assert (status["total_files"], status["processed"], status["ignored"]) == (0, 0, 2)
+    assert status["error"] == (
+        "the ZIP holds 2 files and none is a PDF (1 .docx, 1 .txt);"
+        " the batch's report lists them by name"
+    )
+    assert status["completed_at"] is not None
+    report = (await api.get(f"/v1/batches/{batch_id}/files")).json()
+    assert {(r["name"], r["outcome"], r["reason"]) for r in report} == {
+        ("readme.txt", "ignored", "not_a_pdf"),
+        ("Ann Smith CV.docx", "ignored", "not_a_pdf"),
+    }
+    listed = (await api.get("/v1/batches")).json()["batches"]
+    assert [(b["status"], b["reason"]) for b in listed if b["batch_id"] == batch_id] == [
+        ("FAILED", "no_pdf_members")
+    ]
+    # The names are in the report only: not in the batch's words, nor in any log record.
+    assert not [r.getMessage() for r in caplog.records if "Ann Smith" in r.getMessage()]
+
+
+async def test_empty_zip_fails_with_no_pdf_members(
     api: httpx.AsyncClient, run_worker: RunWorker, tmp_path: Path
 ) -> None:
-    only_text = tmp_path / "text.zip"
-    with zipfile.ZipFile(only_text, "w") as zf:
-        zf.writestr("readme.txt", "hello")
-        zf.writestr("docs/", "")
     empty = tmp_path / "empty.zip"
     zipfile.ZipFile(empty, "w").close()
-    ids = [await upload(api, only_text), await upload(api, empty)]
+    assert len(empty.read_bytes()) == 22  # just an end-of-central-directory record
+    batch_id = await upload(api, empty)
     await run_worker()
-    for batch_id, ignored in zip(ids, (1, 0), strict=True):
-        status = await wait_done(api, batch_id)
-        assert status["status"] == "COMPLETED"
-        assert (status["total_files"], status["processed"], status["ignored"]) == (0, 0, ignored)
+
+    status = await wait_done(api, batch_id)
+    assert (status["status"], status["reason"]) == ("FAILED", "no_pdf_members")
+    assert (status["total_files"], status["processed"], status["ignored"]) == (0, 0, 0)
+    assert "holds no files" in status["error"]
+    assert (await api.get(f"/v1/batches/{batch_id}/files")).json() == []
+
+
+async def test_a_batch_of_three_pdfs_beside_other_files_completes(
+    api: httpx.AsyncClient, make_corpus: MakeCorpus, run_worker: RunWorker
+) -> None:
+    _, path = await make_corpus(3, seed=9, mix=CLEAN)  # with notes.txt beside them
+    batch_id = await upload(api, path)
+    await run_worker()
+
+    status = await wait_done(api, batch_id)
+    assert status["status"] == "COMPLETED", status
+    assert (status["reason"], status["error"]) == (None, None)
+    assert (status["total_files"], status["linked"], status["ignored"]) == (3, 3, 1)
 
 
 async def test_same_pdf_twice_links_once_and_reports_duplicate(

@@ -33,6 +33,7 @@ from pdfqueue_dev.processes import (
     wait_until,
     wait_until_async,
 )
+from tests.support.dashboards import expressions
 from tests.support.helpers import ACME, MakeCorpus, settings_env
 from tests.support.tools import installed
 
@@ -57,25 +58,6 @@ metrics.serve(int(sys.argv[1]), addr="127.0.0.1")
 while True:
     time.sleep(1)
 """
-
-
-def expressions(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(where, PromQL) for every panel target, annotation and query variable."""
-    panels = list(dashboard["panels"])
-    while panels:
-        panel = panels.pop(0)
-        panels += panel.get("panels", [])
-        for target in panel.get("targets", []):
-            yield f"panel {panel['title']!r} {target['refId']}", target["expr"]
-    for annotation in dashboard["annotations"]["list"]:
-        if "expr" in annotation:
-            yield f"annotation {annotation['name']!r}", annotation["expr"]
-    for variable in dashboard["templating"]["list"]:
-        query = variable.get("query")
-        if isinstance(query, dict):
-            found = re.fullmatch(r"label_values\((.+),\s*\w+\)", query["query"])
-            assert found, query
-            yield f"variable {variable['name']!r}", found.group(1)
 
 
 def substitute(expr: str) -> str:

@@ -22,10 +22,11 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.pdfbatch import manifest
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import OPERATOR, Stores
+from pdfqueue.stores.kubeapi import connect
 from pdfqueue.stores.storage import Storage
+from pdfqueue_dev.corpora.samples import CLEAN, Expect
 from pdfqueue_dev.processes import wait_until_async
-from pdfqueue_dev.samples import CLEAN, Expect
-from pdfqueue_operator.kube import Kube, connect
+from pdfqueue_operator.kube import Kube
 from pdfqueue_operator.model import ObjectRef, PdfBatchObject
 from pdfqueue_operator.reconcile import BatchReconciler
 from tests.support.browser import DevTools

@@ -10,7 +10,7 @@ import pypdfium2 as pdfium
 from fpdf import FPDF
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue_dev.samples import FIXED_DATE, SampleUser, seed_users
+from pdfqueue_dev.corpora.samples import FIXED_DATE, SampleUser, seed_users
 from tests.support.helpers import RunWorker, linked_user_ids, run_batch
 
 JOHN = SampleUser(1, "john.smith@people.example", "John Smith", None)

@@ -11,7 +11,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.postgres import UsersTable, connect
-from pdfqueue_dev.samples import SampleUser, seed_users
+from pdfqueue_dev.corpora.samples import SampleUser, seed_users
 
 BATCH_FILES = 3000
 JOB = 16
@@ -39,7 +39,9 @@ async def test_a_jobs_claim_and_record_do_not_read_the_whole_batch(
     try:
         files = FileStore(pool, UsersTable(settings.users_table))
         batch_id = uuid.uuid4().hex
-        await BatchStore(pool).create(batch_id, "statements", "uploads/x.zip")
+        await BatchStore(pool).create(
+            batch_id, "statements", "uploads/x.zip", queue_name="pdfqueue:queue"
+        )
         # as in a running batch: the planner's statistics predate this batch's files
         await db.execute("ANALYZE pdfqueue_files")
         earlier = {

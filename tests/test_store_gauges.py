@@ -1,4 +1,5 @@
-"""pdfqueue_postgres_up and pdfqueue_batch_oldest_progress_age_seconds on the real stores.
+"""pdfqueue_postgres_up, pdfqueue_storage_up and pdfqueue_batch_oldest_progress_age_seconds on
+the real stores.
 
 The age is what PdfqueueBatchStuck alerts on: it grows while a PROCESSING batch's count stays
 still, restarts when a file is counted, ignores a batch whose live state vanished (that is no
@@ -23,6 +24,8 @@ from pdfqueue.runtime.progress import StoreGauges
 from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.schema import migrate
+from pdfqueue.stores.storage import Storage
+from pdfqueue.stores.storage.local import FileBackend
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.faults import Services
 
@@ -84,6 +87,24 @@ async def test_the_age_of_the_stalest_batch_follows_its_count(stores: Stores) ->
     assert gauges.clock.moved_at(ours) is None
 
 
+async def gauge_follows_an_outage(
+    services: Services, service: str, gauge: str, *, unaffected: str | None = None
+) -> None:
+    """`gauge` reads 1, then 0 while the private `service` is stopped, then 1 once it is back;
+    `unaffected` stays 1 throughout the outage."""
+
+    def up_is(value: float) -> bool:
+        return sample(gauge) == value
+
+    await wait_until_async(lambda: up_is(1.0), f"{gauge} 1", 30)
+    services.run("stop", "--only", service)
+    await wait_until_async(lambda: up_is(0.0), f"{gauge} 0", 30)
+    if unaffected is not None:
+        assert sample(unaffected) == 1.0
+    services.run("start", "--only", service)
+    await wait_until_async(lambda: up_is(1.0), f"{gauge} 1 again", 60)
+
+
 @pytest.mark.timeout(300)
 async def test_postgres_up_follows_a_real_outage(settings: Settings, tmp_path: Path) -> None:
     """A private PostgreSQL, stopped and started again under a running StoreGauges."""
@@ -96,17 +117,68 @@ async def test_postgres_up_follows_a_real_outage(settings: Settings, tmp_path: P
         async with pool.acquire() as conn:
             await migrate(conn)
         gauges.start()
-
-        def up_is(value: float) -> bool:
-            return sample("pdfqueue_postgres_up") == value
-
-        await wait_until_async(lambda: up_is(1.0), "pdfqueue_postgres_up 1", 30)
-        services.run("stop", "--only", "postgres")
-        await wait_until_async(lambda: up_is(0.0), "pdfqueue_postgres_up 0", 30)
-        services.run("start", "--only", "postgres")
-        await wait_until_async(lambda: up_is(1.0), "pdfqueue_postgres_up 1 again", 60)
+        await gauge_follows_an_outage(services, "postgres", "pdfqueue_postgres_up")
     finally:
         await gauges.stop()
         await pool.close()
         await stores.close()
         services.run("destroy")
+
+
+@pytest.mark.timeout(300)
+async def test_storage_up_follows_a_real_s3_outage(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A private S3 server, stopped and started again under a running StoreGauges."""
+    services = Services.allocate(tmp_path / "services")
+    services.run("start", "--only", "s3")
+    env = services.env()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(name, env[name])
+    private = settings.model_copy(
+        update={
+            "storage_url": env["PDFQUEUE_STORAGE_URL"],
+            "s3_endpoint_url": env["PDFQUEUE_S3_ENDPOINT_URL"],
+        }
+    )
+    stores = await Stores.open(settings, API)
+    storage = Storage.from_settings(private, threads=2)
+    gauges = StoreGauges(stores.redis, stores.batches, interval_s=0.2, storage=storage)
+    try:
+        await storage.ensure_bucket()
+        gauges.start()
+        # its own loop: PostgreSQL's gauge stays up through the object store's outage
+        await gauge_follows_an_outage(
+            services, "s3", "pdfqueue_storage_up", unaffected="pdfqueue_postgres_up"
+        )
+    finally:
+        await gauges.stop()
+        await storage.aclose()
+        await stores.close()
+        services.run("destroy")
+
+
+async def test_stop_ends_both_loops(stores: Stores, tmp_path: Path) -> None:
+    """The storage check has a loop of its own; stop ends it with PostgreSQL's, and a second
+    start after stop runs them again."""
+    folder = tmp_path / "objects"
+    folder.mkdir()
+    storage = Storage(FileBackend(folder), threads=1)
+    gauges = StoreGauges(stores.redis, stores.batches, interval_s=0.05, storage=storage)
+    try:
+        gauges.start()
+        loops = list(gauges._loops)
+        assert [loop.name for loop in loops] == ["store-gauges", "storage-gauge"]
+        await wait_until_async(lambda: sample("pdfqueue_storage_up") == 1.0, "storage up", 30)
+        folder.rmdir()
+        await wait_until_async(lambda: sample("pdfqueue_storage_up") == 0.0, "storage down", 30)
+        tasks = [loop._task for loop in loops]
+        await gauges.stop()
+        assert gauges._loops == []
+        assert all(task is not None and task.done() for task in tasks)
+        folder.mkdir()
+        gauges.start()
+        await wait_until_async(lambda: sample("pdfqueue_storage_up") == 1.0, "storage up again", 30)
+    finally:
+        await gauges.stop()
+        await storage.aclose()

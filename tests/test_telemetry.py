@@ -29,7 +29,7 @@ from pdfqueue.observability.tracing import (
     MEMBER_INDEX,
     record_error,
 )
-from pdfqueue_dev.samples import DECOYS, Corpus
+from pdfqueue_dev.corpora.samples import DECOYS, Corpus
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 from tests.support.spans import capture_spans
 

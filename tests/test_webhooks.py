@@ -9,7 +9,9 @@ import hmac
 import json
 import logging
 import time
+import zipfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -122,6 +124,42 @@ async def test_each_completion_is_delivered_once_signed_with_the_final_counts(
         assert receiver.got[1][1]["pdfqueue-delivery"] == f"{batch_id}:1"
         assert json.loads(receiver.got[1][2])["retries"] == 1
         assert attempts.since() == {"delivered": 2}
+
+
+@HOOKS
+async def test_a_batch_that_fails_as_a_whole_is_delivered_as_batch_failed_with_its_reason(
+    api: httpx.AsyncClient,
+    run_worker: RunWorker,
+    receiver: Receiver,
+    db: asyncpg.Connection,
+    tmp_path: Path,
+) -> None:
+    await receiver.start()
+    path = tmp_path / "no-pdf.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("Ann Smith CV.docx", b"not a pdf")
+    response = await upload_with(api, path, receiver.url)
+    assert response.status_code == 202, response.text
+    batch_id = response.json()["batch_id"]
+    await run_worker()
+    await run_worker()  # once, as for a completion
+
+    assert len(receiver.got) == 1
+    _, headers, body = receiver.got[0]
+    assert verify(SECRET, headers["pdfqueue-signature"], body)
+    assert headers["pdfqueue-event"] == "batch.failed"
+    assert headers["pdfqueue-delivery"] == f"{batch_id}:0"
+    sent = json.loads(body)
+    status = (await api.get(f"/v1/batches/{batch_id}")).json()
+    assert (sent["event"], sent["status"], sent["reason"]) == (
+        "batch.failed",
+        "FAILED",
+        "no_pdf_members",
+    )
+    assert sent["error"] == status["error"]
+    assert (sent["total_files"], sent["ignored"]) == (0, 1)
+    assert b"Ann Smith" not in body  # the names are the report's, not the event's
+    assert [d["status_code"] for d in await deliveries(db, batch_id)] == [200]
 
 
 @HOOKS

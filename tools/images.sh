@@ -232,7 +232,8 @@ build_redis() {
 build_postgres() {
   local ctx="$OUT/ctx/postgres" text
   # What the chart relies on from the official image: POSTGRES_USER/_DB/_PASSWORD and PGDATA
-  # initialise an empty data directory once (entrypoint.sh); pg_isready on PATH; uid 999; writes
+  # initialise an empty data directory once, then run /docker-entrypoint-initdb.d/*.sql
+  # (entrypoint.sh); psql and pg_isready on PATH; uid 999; writes
   # only to PGDATA, /var/run/postgresql and /tmp (the root filesystem is read-only).
   text="$(recipe postgres "$ctx")"
   local h; h="$(h_str "$RECIPE_VERSION $DEBIAN_REF $text")"

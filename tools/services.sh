@@ -313,7 +313,7 @@ tesseract_install() {
   echo "$TESSDATA"
 }
 
-# LibreOffice Writer without its GUI for the bench's libreoffice corpus (bench/libreoffice.py):
+# LibreOffice Writer without its GUI for the bench's libreoffice corpus (devtools/src/pdfqueue_dev/corpora/libreoffice.py):
 # résumés converted to PDF by a producer this repository did not write. The fonts give the
 # documents different faces; hyphen-en-us holds the patterns automatic hyphenation needs.
 libreoffice_install() {
@@ -323,7 +323,7 @@ libreoffice_install() {
   command -v soffice
 }
 
-# Ghostscript's ps2pdf for the bench's ghostscript corpus (bench/ghostscript.py).
+# Ghostscript's ps2pdf for the bench's ghostscript corpus (devtools/src/pdfqueue_dev/corpora/ghostscript.py).
 ghostscript_install() {
   command -v ps2pdf >/dev/null 2>&1 || apt_install ghostscript
   command -v ps2pdf

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import io
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -24,8 +23,9 @@ import pytest
 from fastapi import FastAPI
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue_dev.processes import Child, free_port, wait_http, wait_until, wait_until_async
-from tests.support.helpers import ACME, ACME_TOKEN, GLOBEX, MakeCorpus, settings_env
+from pdfqueue_dev.processes import wait_until, wait_until_async
+from tests.support.helpers import ACME, ACME_TOKEN, GLOBEX, MakeCorpus
+from tests.support.real_api import RealApi
 
 # --- item 4: each tenant its share of the event streams -------------------------------------
 
@@ -74,28 +74,6 @@ async def test_a_second_tenant_gets_its_stream_while_the_first_holds_its_share(
 
 
 # --- item 6: request heads, against the real `pdfqueue api` ---------------------------------
-
-
-class RealApi:
-    """`pdfqueue api` as the chart runs it, on a loopback port of its own."""
-
-    def __init__(self, settings: Settings, log_dir: Path) -> None:
-        self.port = free_port()
-        pdfqueue = Path(sys.executable).with_name("pdfqueue")
-        argv = [str(pdfqueue), "api", "--port", str(self.port)]
-        self.child = Child("api", argv, settings_env(settings), log_dir)
-        self.url = f"http://127.0.0.1:{self.port}"
-        wait_http(f"{self.url}/healthz", [self.child])
-
-    def rss_kib(self) -> int:
-        """VmRSS of the API process, from /proc."""
-        for line in Path(f"/proc/{self.child.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        raise AssertionError("no VmRSS")
-
-    def connect(self) -> socket.socket:
-        return socket.create_connection(("127.0.0.1", self.port), timeout=30)
 
 
 @pytest.fixture

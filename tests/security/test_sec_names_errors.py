@@ -33,7 +33,7 @@ from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.postgres import UsersTable, connect
 from pdfqueue.stores.state import BatchState
 from pdfqueue.stores.storage import Storage
-from pdfqueue_dev.samples import CLEAN, render_pdf
+from pdfqueue_dev.corpora.samples import CLEAN, render_pdf
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 ASCII_LONG = "resume-" + "a" * 3000 + ".pdf"
@@ -152,7 +152,9 @@ async def files(settings: Settings, db: asyncpg.Connection) -> FileStore:
 
 async def _new_batch(files: FileStore) -> str:
     batch_id = uuid.uuid4().hex
-    await BatchStore(files.pool).create(batch_id, "acme", f"uploads/{batch_id}.zip")
+    await BatchStore(files.pool).create(
+        batch_id, "acme", f"uploads/{batch_id}.zip", queue_name="pdfqueue:queue"
+    )
     return batch_id
 
 

@@ -22,7 +22,7 @@ from pdfqueue.domain.models import BatchStatus
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.queue import Job, deserialize, enqueue, remove
 from pdfqueue.stores.state import BatchState
-from pdfqueue_dev.samples import CLEAN, build_corpus, write_zip
+from pdfqueue_dev.corpora.samples import CLEAN, build_corpus, write_zip
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
 from tests.support.tenants import TenantApi, app_client
 
@@ -312,10 +312,10 @@ async def test_concurrent_batches_free_their_slot_when_they_end(
         assert third.status_code == 202, third.text
         assert (await api.post("/v1/batches", content=body, headers=ZIP)).status_code == 429
 
-        # completing frees them too: the count comes from the batches' own rows
+        # ending frees them too (FAILED here: no PDF in them): the batches' own rows count
         await run_worker()
         for batch_id in (second, third.json()["batch_id"]):
-            assert (await api.get(f"/v1/batches/{batch_id}")).json()["status"] == "COMPLETED"
+            assert (await api.get(f"/v1/batches/{batch_id}")).json()["status"] == "FAILED"
         after = [await api.post("/v1/batches", content=body, headers=ZIP) for _ in range(3)]
         assert [r.status_code for r in after] == [202, 202, 429]
     assert len(await batch_ids(db, tenant)) == 5

@@ -20,8 +20,8 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.webhooks import parse, post
+from pdfqueue_dev.corpora.samples import Mix
 from pdfqueue_dev.processes import free_port, wait_until_async
-from pdfqueue_dev.samples import Mix
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
 from tests.support.tenants import TenantApi
 from tests.support.webhooks import SECRET, Receiver, Stalling, deliveries, upload_with

@@ -21,7 +21,7 @@ from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
-from pdfqueue_dev.samples import seed_users
+from pdfqueue_dev.corpora.samples import seed_users
 from tests.support.helpers import RunWorker
 
 ENTRY_NAME = b"a.pdf"
@@ -66,11 +66,13 @@ LYING = "650,000 entries, 10 declared"
 HUGE = {
     TWO_MILLION: (
         lambda: huge_directory_zip(2_000_000),
-        "the archive declares 2000000 members; the limit is 100000",
+        "the archive declares 2000000 members; the limit is 100000"
+        " (PDFQUEUE_MAX_MEMBERS): split it into smaller ZIPs",
     ),
     LYING: (
         lambda: huge_directory_zip(650_000, declared=10),  # 33 MB: under the directory limit
-        "the archive holds more than 100000 members; that is the limit",
+        "the archive holds more than 100000 members; that is the limit"
+        " (PDFQUEUE_MAX_MEMBERS): split it into smaller ZIPs",
     ),
 }
 

@@ -20,8 +20,8 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.storage import Storage
+from pdfqueue_dev.corpora.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
 from pdfqueue_dev.processes import Child, free_ports, wait_until_async
-from pdfqueue_dev.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
 
 ROOT = Path(__file__).parents[2]
 SERVICES = ROOT / "tools" / "services.sh"

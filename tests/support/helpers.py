@@ -15,7 +15,7 @@ import asyncpg
 import httpx
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue_dev.samples import Corpus
+from pdfqueue_dev.corpora.samples import Corpus
 
 ACME_TOKEN = "acme-test-token-0123456789abcdef0123456789"
 """Tenant acme's token, stored in clear in the tests' settings (32+ characters, as required)."""

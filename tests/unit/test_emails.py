@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from pdfqueue_dev.samples import build_corpus
+from pdfqueue_dev.corpora.samples import build_corpus
 from pdfqueue_worker.emails import find_emails, normalize
 
 # The search this module replaced (quadratic on long runs, so only ever run on short text):

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.documents import PRODUCERS, Density, render
-from bench.procs import descendants, snapshot
 from pdfqueue.stores.storage.local import FileBackend
-from pdfqueue_dev.rawpdf import assemble
-from pdfqueue_dev.samples import CLEAN, Expect, build_corpus, render_pdf
+from pdfqueue_dev.corpora.documents import PRODUCERS, Density, render
+from pdfqueue_dev.corpora.rawpdf import assemble
+from pdfqueue_dev.corpora.samples import CLEAN, Expect, build_corpus, render_pdf
+from pdfqueue_dev.proctree import descendants, snapshot
 from pdfqueue_worker.archive import Limits, Member, list_members
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extractor import Extractor, Unreadable

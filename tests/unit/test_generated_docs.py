@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 from pathlib import Path
@@ -30,6 +31,34 @@ def test_a_stale_page_is_noticed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert page.read_text() != refdocs.settings_page()
     refdocs.main()
     assert page.read_text() == refdocs.settings_page()
+
+
+def test_an_option_without_help_text_fails_the_cli_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every argument of every command, nested ones too, says what it does."""
+    real = refdocs.build_parser
+
+    def parser_with(undescribed: str) -> argparse.ArgumentParser:
+        parser = real()
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        command = sub.choices["admin"] if undescribed == "nested" else sub.choices["status"]
+        if undescribed == "nested":
+            command = next(
+                a for a in command._actions if isinstance(a, argparse._SubParsersAction)
+            ).choices["batches"]
+        command.add_argument("--undescribed", action="store_true")
+        return parser
+
+    assert "--undescribed" not in refdocs.cli_page()
+    for where, prog in (("top", "pdfqueue status"), ("nested", "pdfqueue admin batches")):
+        monkeypatch.setattr(refdocs, "build_parser", lambda where=where: parser_with(where))
+        with pytest.raises(refdocs.UndescribedOption, match=f"{prog} --undescribed has no help"):
+            refdocs.cli_page()
+
+
+def test_nested_commands_have_their_own_section() -> None:
+    page = refdocs.cli_page()
+    assert "\n## pdfqueue admin batches\n" in page
+    assert "`--stuck`" in page
 
 
 @pytest.fixture(scope="module")

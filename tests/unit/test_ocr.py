@@ -10,8 +10,8 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pytest
 
-from bench.labelled import ScanStyle, broken_pdf, cached, fpdf_doc, layer_pdf, scan
 from pdfqueue.domain.settings import Settings
+from pdfqueue_dev.corpora.labelled import ScanStyle, broken_pdf, cached, fpdf_doc, layer_pdf, scan
 from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_worker import ocr
 from pdfqueue_worker.archive import Member

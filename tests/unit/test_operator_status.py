@@ -102,18 +102,22 @@ def test_before_the_zip_is_read_the_total_is_left_out() -> None:
     assert all("observedGeneration" not in c for c in got["conditions"])
 
 
+NO_PDF = "the ZIP holds 2 files and none is a PDF (1 .docx, 1 .txt)"
+
+
 @pytest.mark.parametrize(
-    ("state", "error", "reason", "message"),
+    ("state", "error", "code", "reason", "message"),
     [
-        (BatchStatus.COMPLETED, None, "Completed", "completed: 4 files processed"),
-        (BatchStatus.CANCELLED, None, "Cancelled", "cancelled: 4 files processed"),
-        (BatchStatus.FAILED, "not a ZIP archive", "Failed", "not a ZIP archive"),
+        (BatchStatus.COMPLETED, None, None, "Completed", "completed: 4 files processed"),
+        (BatchStatus.CANCELLED, None, None, "Cancelled", "cancelled: 4 files processed"),
+        (BatchStatus.FAILED, "not a ZIP archive", None, "Failed", "not a ZIP archive"),
+        (BatchStatus.FAILED, NO_PDF, "no_pdf_members", "NoPdfMembers", NO_PDF),
     ],
 )
 def test_a_terminal_batch_is_finished_with_its_reason(
-    state: BatchStatus, error: str | None, reason: str, message: str
+    state: BatchStatus, error: str | None, code: str | None, reason: str, message: str
 ) -> None:
-    got = progress(summary(state, error=error), generation=1, conditions=None)
+    got = progress(summary(state, error=error, reason=code), generation=1, conditions=None)
     assert got["phase"] == state.value
     assert got["message"] == message
     finished = by_type(got["conditions"])[FINISHED]

@@ -1,4 +1,4 @@
-"""Tests for the sample corpus generator (pdfqueue_dev.samples)."""
+"""Tests for the sample corpus generator (pdfqueue_dev.corpora.samples)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import PdfReadError
 
-from pdfqueue_dev.samples import (
+from pdfqueue_dev.corpora.samples import (
     CLEAN,
     JUNK_MEMBERS,
     Corpus,

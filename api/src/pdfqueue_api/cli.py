@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -41,9 +42,12 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         log_config=None,
         access_log=False,
-        # uvicorn's httptools protocol reads a head of any size for any time: ours bounds it
+        # uvicorn's httptools protocol reads a head of any size for any time: ours bounds
+        # every phase of a connection
         http=protocol_class(limits),
         limit_concurrency=limits.max_connections,
+        # uvicorn's own keep-alive timer must not close idle connections before ours does
+        timeout_keep_alive=math.ceil(limits.idle_timeout_s),
         ws="none",  # no WebSocket route: no upgrade path to attack
     )
     return 0

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from kubernetes.aio import client, config
+from kubernetes.aio import client
 from kubernetes.aio.client.exceptions import ApiException
-from kubernetes.aio.config.config_exception import ConfigException
 
 from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION, manifest
+from pdfqueue.stores.kubeapi import connect
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 2.0
@@ -26,15 +26,7 @@ class PdfBatchPublisher:
 
     async def _client(self) -> client.ApiClient:
         if self._api is None:
-            cfg = client.Configuration()
-            if self.kubeconfig:
-                await config.load_kube_config(config_file=self.kubeconfig, client_configuration=cfg)
-            else:
-                try:
-                    config.load_incluster_config(client_configuration=cfg)
-                except ConfigException:
-                    await config.load_kube_config(client_configuration=cfg)
-            self._api = client.ApiClient(cfg)
+            self._api = await connect(self.kubeconfig)
         return self._api
 
     async def publish(self, batch_id: str, source_url: str, tenant: str) -> bool:

@@ -66,7 +66,7 @@ class ApiRuntime:
             queue_gauges = QueueGauges(stores.redis, settings.queue_name, interval_s)
             queue_gauges.start()
             opened.push_async_callback(queue_gauges.stop)
-            store_gauges = StoreGauges(stores.redis, stores.batches, interval_s)
+            store_gauges = StoreGauges(stores.redis, stores.batches, interval_s, stores.storage)
             store_gauges.start()
             opened.push_async_callback(store_gauges.stop)
             feed = BatchFeed(

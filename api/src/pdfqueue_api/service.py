@@ -48,12 +48,20 @@ from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits
 from pdfqueue_api.kube import PdfBatchPublisher
+from pdfqueue_api.read_slots import TenantSlots
 from pdfqueue_api.upload import display_name, store_upload
 
 log = logging.getLogger(__name__)
 DEPENDENCY_TIMEOUT_S = 2.0
 HIDDEN_FROM_TENANTS = {"user_id": None, "object_key": None}
 """Report fields naming the host application's users (the key holds the user id)."""
+REPORT_PAGE_ROWS = 500
+"""Rows of a whole report read from PostgreSQL at once: what a download keeps in memory."""
+READS_RETRY_AFTER_S = 1
+"""Retry-After of a tenant over its reads in flight: they take milliseconds each."""
+REPORTS_RETRY_AFTER_S = 5
+"""Retry-After of a tenant over its report downloads: one takes seconds, or as long as its
+reader is slow."""
 T = TypeVar("T")
 
 
@@ -70,9 +78,20 @@ class BatchService:
     """Set in Kubernetes mode (PDFQUEUE_KUBERNETES_NAMESPACE): one PdfBatch per upload."""
     quotas: Quotas = field(init=False)
     eraser: Eraser = field(init=False)
+    reads: TenantSlots = field(init=False)
+    """Each tenant's reads in flight in this process (PDFQUEUE_QUOTA_CONCURRENT_READS)."""
+    reports: TenantSlots = field(init=False)
+    """Each tenant's whole reports streaming from this process
+    (PDFQUEUE_QUOTA_CONCURRENT_REPORTS)."""
 
     def __post_init__(self) -> None:
         self.quotas = Quotas(self.redis, self.batch_store, self.settings)
+        reads, reports = (
+            self.settings.quota_concurrent_reads,
+            self.settings.quota_concurrent_reports,
+        )
+        self.reads = TenantSlots("concurrent_reads", reads, READS_RETRY_AFTER_S)
+        self.reports = TenantSlots("concurrent_reports", reports, REPORTS_RETRY_AFTER_S)
         retention = RetentionStore(self.pool, self.settings.users_table)
         self.eraser = Eraser(retention, self.lifecycle, self.storage, self.settings)
 
@@ -203,11 +222,25 @@ class BatchService:
         return await self.get(tenant, batch_id)
 
     async def files(self, tenant: str, batch_id: str) -> AsyncIterator[FileResult]:
-        """The per-file report; which user a file went to is shown to trusted tenants only."""
-        await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
+        """The per-file report, REPORT_PAGE_ROWS rows in memory at a time; which user a file
+        went to is shown to trusted tenants only.
+
+        Keyset pages, not a server-side cursor: a cursor would hold a PostgreSQL connection
+        for as long as the client takes to read, where a page holds one (and one of the
+        tenant's read slots) only while it is fetched."""
+        async with self.reads.held(tenant, wait_s=None):  # the report was admitted
+            await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
         trusted = tenant in self.settings.trusted_tenants
-        async for row in self.file_store.iterate(batch_id):
-            yield row if trusted else row.model_copy(update=HIDDEN_FROM_TENANTS)
+        after = -1
+        while True:
+            async with self.reads.held(tenant, wait_s=None):
+                page = self.file_store.read(batch_id, after=after, limit=REPORT_PAGE_ROWS)
+                rows = await _guard("postgresql", page)
+            if not rows:
+                return
+            for row in rows:
+                yield row if trusted else row.model_copy(update=HIDDEN_FROM_TENANTS)
+            after = rows[-1].index
 
     async def batches(self, tenant: str, cursor: str | None, limit: int) -> BatchPage:
         """`tenant`'s batches newest first; running ones show their live counters."""

@@ -46,10 +46,12 @@ def display_name(raw: str | None) -> str | None:
 @dataclass(frozen=True)
 class BodyPace:
     """How slowly an upload's body may arrive: within every `window_s` seconds the API spends
-    waiting for it, at least `window_bytes` bytes. uvicorn has no such limit (its only
-    timer is keep-alive, between requests), so without it a client that stops sending, or
-    sends a byte a minute, holds its upload slot, a pending multipart upload, the part buffer
-    and a connection for as long as it keeps the socket open."""
+    waiting for it, at least `window_bytes` bytes. Without it a client that stops sending,
+    or sends a byte a minute, holds its upload slot, a pending multipart upload, the part
+    buffer and a connection for as long as it keeps the socket open. The HTTP protocol
+    (`pdfqueue_api.protocol`) holds every body to the same pace over windows twice as long
+    while the app answers: `paced`, on the upload's own reads, counts only the waits for the
+    client and answers first, with its detail."""
 
     window_s: float
     min_bytes_per_s: int

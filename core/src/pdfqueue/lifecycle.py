@@ -4,17 +4,24 @@
                     |                    |      ^                               |
                     |                    |      +----------- requeue ----------+
                     |                    |           (a retry round of its failed files)
-                    +------- fail -------+--> FAILED       (ingest refused or gave up)
+                    +------- fail -------+--> FAILED       (ingest refused or gave up, or
+                    |                    |                  the ZIP holds no PDF)
                     +------ cancel ------+--> CANCELLED    (pending work dropped)
 
-Each transition writes the live state in Redis first (`state`: its Lua scripts count every
-file once and flip the batch on its last one), then the durable row in PostgreSQL, then the
-batch metric. A process that dies in between leaves Redis ahead: `settle`, run by whatever
-touches the batch next, writes the terminal status PostgreSQL missed. Live state that expired
-mid-batch, or that Redis lost, is rebuilt from PostgreSQL (`restore`); a running batch whose
-state or queued work Redis lost gets both back (`rebuild`, which `pdfqueue.recovery` runs
-when it finds one). Every completion this process writes runs
-`on_completed` (the worker's queues the completion webhook).
+Which store each transition writes first, and what repairs a process that dies in between:
+
+- register, start, record and requeue write PostgreSQL first (the row, the listing, the
+  per-file outcomes, the retry round under the row's lock), then Redis (`state`: its Lua
+  scripts count every file once and flip the batch on its last one). Redis is rebuildable from
+  PostgreSQL, so what dies in between is redone from the rows: a repeated call or a retried
+  job finds them (`restore` writes live state that is missing), and `pdfqueue.recovery`
+  rebuilds a running batch whose live state or queued work is gone (`rebuild`).
+- completion (the last `record`), fail and cancel write
+  Redis first, then the batch row: a process that dies in between leaves Redis ahead, and
+  `settle`, run by whatever touches the batch next, writes the terminal status PostgreSQL
+  missed.
+- The batch metric comes last. Every completion and failure this process writes runs
+  `on_ended` (the worker's queues the batch's webhook).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
+from pdfqueue.domain.advice import NO_PDF_MEMBERS, no_pdfs_found
 from pdfqueue.domain.errors import BatchConflict, BatchNotFound, BatchNotRetryable
 from pdfqueue.domain.models import (
     TERMINAL,
@@ -57,8 +65,9 @@ class Lifecycle:
     state: BatchState
     redis: Redis
     queue_name: str
-    on_completed: Callable[[str], Awaitable[None]] | None = None
-    """Run with the batch id on every completion written here, a repeated one included."""
+    on_ended: Callable[[str], Awaitable[None]] | None = None
+    """Run with the batch id on every completion and failure written here, a repeated one
+    included."""
 
     @classmethod
     def of(
@@ -161,10 +170,16 @@ class Lifecycle:
         self, batch_id: str, total_files: int, ignored: Sequence[tuple[int, str, str]]
     ) -> BatchStatus | None:
         """Ingest listed the archive: `total_files` to process, `ignored` members (index,
-        name, reason) only reported. PENDING becomes PROCESSING, or COMPLETED at once when
-        nothing is left to process."""
+        name, reason) only reported. PENDING becomes PROCESSING; or FAILED at once when
+        the archive holds no PDF at all (`no_pdf_members`: an input that yields nothing is
+        no success); or COMPLETED at once when nothing is left to process."""
         await self.files.record_ignored(batch_id, ignored)
         await self.batches.start(batch_id, total_files, len(ignored))
+        if total_files == 0:
+            error = no_pdfs_found(name for _, name, _ in ignored)
+            counts = {"total_files": 0, "ignored": len(ignored)}
+            await self.fail(batch_id, error, reason=NO_PDF_MEMBERS, counts=counts)
+            return BatchStatus.FAILED
         status = await self.state.start(batch_id, total_files, len(ignored))
         if status is None:
             await self.restore(batch_id)
@@ -207,8 +222,8 @@ class Lifecycle:
         if first:
             metrics.batch_entered(BatchStatus.COMPLETED)
             log.info("batch completed", extra={"batch_id": batch_id})
-        if self.on_completed is not None:
-            await self.on_completed(batch_id)
+        if self.on_ended is not None:
+            await self.on_ended(batch_id)
 
     async def requeue(self, batch_id: str, *, all_failed: bool) -> RetryRound:
         """Start a retry round of the batch's failed files (transient ones unless
@@ -265,11 +280,26 @@ class Lifecycle:
         batch still tracked or tracks it again from the reference the operator left first."""
         return await self.state.untrack_ended(batch_id, keys.operator_batches(self.queue_name))
 
-    async def fail(self, batch_id: str, error: str) -> None:
-        """The batch cannot run (its archive is refused, ingest ran out of tries)."""
-        await self.state.set_status(batch_id, BatchStatus.FAILED, error)
-        await self.batches.finish(batch_id, BatchStatus.FAILED, error)
+    async def fail(
+        self,
+        batch_id: str,
+        error: str,
+        *,
+        reason: str,
+        counts: Mapping[str, int] | None = None,
+    ) -> None:
+        """The batch cannot run (its archive is refused or holds no PDF, ingest ran out of
+        tries): FAILED with `error` (words, never a member name) and `reason` (a bounded
+        code, see `pdfqueue.domain.advice.BATCH_ADVICE`); `counts` go into the live state in
+        the same step. Then the `on_ended` hook (the webhook), as for a completion."""
+        await self.state.set_status(
+            batch_id, BatchStatus.FAILED, error, reason=reason, counts=counts
+        )
+        await self.batches.finish(batch_id, BatchStatus.FAILED, error, reason)
         metrics.batch_entered(BatchStatus.FAILED)
+        log.warning("batch failed: %s", reason, extra={"batch_id": batch_id})
+        if self.on_ended is not None:
+            await self.on_ended(batch_id)
 
     async def cancel(self, batch_id: str) -> int:
         """Mark the batch CANCELLED and drop its pending and queued jobs; returns how many
@@ -297,14 +327,15 @@ class Lifecycle:
     async def settle(self, batch_id: str) -> None:
         """Write to PostgreSQL a terminal status that Redis holds; idempotent.
 
-        Every transition writes Redis first, then PostgreSQL: a process that dies in between
-        leaves the durable row unfinished, and it would hold one of its tenant's
+        Completion, fail and cancel write Redis first, then PostgreSQL: a process that dies in
+        between leaves the durable row unfinished, and it would hold one of its tenant's
         concurrent-batch slots for good. Whatever runs next for the batch (a redelivered
         job, a repeated cancel) calls this.
         """
         live = await self.state.read(batch_id)
         if live is not None and live.summary.status in TERMINAL:
-            await self.batches.finish(batch_id, live.summary.status, live.summary.error)
+            summary = live.summary
+            await self.batches.finish(batch_id, summary.status, summary.error, summary.reason)
 
     async def restore(self, batch_id: str, *, stale: bool = False) -> bool:
         """Rebuild missing live state from the durable rows (it outlived its TTL, or Redis

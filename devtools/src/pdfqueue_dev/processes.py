@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import inspect
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import ExitStack, suppress
@@ -17,6 +19,9 @@ from typing import TypeVar, cast
 import httpx
 
 T = TypeVar("T")
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal a process gets when the thread that started it ends."""
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
 
 def free_port() -> int:
@@ -89,8 +94,27 @@ class ChildExited(RuntimeError):
     """A child process ended while it was expected to run."""
 
 
+def _die_with(parent: int) -> Callable[[], None]:
+    """What a child runs before exec: SIGKILL it when `parent` ends, however it ends.
+
+    A child in a session of its own gets no Ctrl-C from the terminal and nothing tells it that
+    the process that started it was killed: without this, a SIGKILLed demo or test left its
+    API and workers running for good. The kernel signals the child when the *thread* that
+    forked it ends, so spawn from a thread that lives as long as the child (the main one)."""
+
+    def preexec() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())  # none held back, whatever the parent's
+        if _LIBC is not None:
+            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent ended before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
 class Child:
-    """A child process in its own session (a pod's process group), its output in a log file."""
+    """A child process in its own session (a pod's process group), its output in a log file,
+    killed by the kernel if the process that started it ends first (`_die_with`)."""
 
     def __init__(
         self,
@@ -115,6 +139,7 @@ class Child:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=_die_with(os.getpid()),  # noqa: PLW1509 (main thread; see _die_with)
             )
         self._main: int | None = None
 
@@ -161,23 +186,42 @@ class Child:
         self.proc.wait(timeout=10)
 
     def stop(self, timeout_s: float = 35.0) -> None:
-        """SIGTERM the child (a launcher forwards it), then SIGKILL its group after `timeout_s`."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        """SIGTERM the child (a launcher forwards it), then SIGKILL its group (see `stop_all`)."""
+        stop_all([self], timeout_s)
+
+    def ended(self) -> bool:
+        """Whether the child has exited, leaving it unreaped: while it is a zombie its process
+        group id stays its own, so the group can still be signalled safely."""
+        if self.proc.returncode is not None:
+            return True
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
         try:
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill9()
+            return os.waitid(os.P_PID, self.proc.pid, flags) is not None
+        except ChildProcessError:  # reaped elsewhere
+            return True
 
 
-def stop_all(children: Iterable[Child], timeout_s: float = 35.0) -> None:
-    """SIGTERM every child first (they drain at the same time), then wait for each."""
-    children = list(children)
+def stop_all(
+    children: Iterable[Child], timeout_s: float = 35.0, *, hurry: Callable[[], bool] | None = None
+) -> None:
+    """SIGTERM every child at once (they drain at the same time), wait for all of them until
+    one deadline `timeout_s` away (or until `hurry()` says not to wait), then SIGKILL every
+    child's whole group, stragglers of a child that exited included, and reap them all. A child
+    reaped before (its group id may be another's by now) is only reaped, never signalled."""
+    children = [c for c in children if c.proc.returncode is None]
     for child in children:
-        if child.alive():
-            child.proc.send_signal(signal.SIGTERM)
+        if not child.ended():  # os.kill, not send_signal: that reaps an exited child first
+            os.kill(child.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while not all(c.ended() for c in children) and time.monotonic() < deadline:
+        if hurry is not None and hurry():
+            break
+        time.sleep(0.05)
     for child in children:
-        child.stop(timeout_s)
+        with suppress(ProcessLookupError, PermissionError):  # a group with no member left
+            os.killpg(child.proc.pid, signal.SIGKILL)
+    for child in children:
+        child.proc.wait()
 
 
 def wait_http(

@@ -1,4 +1,4 @@
-"""Writes the reference pages of docs/ from the code: settings, CLI, metrics, outcomes and reasons.
+"""Writes the reference pages of docs/ from the code: settings, CLI, metrics, outcomes, limits.
 
 Run `uv run python -m pdfqueue_dev.refdocs` (or `make docs-refs`) after changing any of them;
 `tests/unit/test_generated_docs.py` fails while a page is stale. The chart's values table and
@@ -20,11 +20,13 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from pdfqueue.cli.main import EXIT_CODES, build_parser
 from pdfqueue.domain import settings as settings_module
-from pdfqueue.domain.advice import ADVICE
+from pdfqueue.domain.advice import ADVICE, BATCH_ADVICE
 from pdfqueue.domain.errors import is_transient, transient_reasons
 from pdfqueue.domain.models import Outcome
+from pdfqueue.domain.names import MAX_MEMBER_NAME_BYTES
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
+from pdfqueue.stores.webhooks import MAX_URL_CHARS
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMAND = "uv run python -m pdfqueue_dev.refdocs"
@@ -161,6 +163,10 @@ def settings_page() -> str:
 # --- CLI ------------------------------------------------------------------------------------
 
 
+class UndescribedOption(ValueError):
+    """An argument of the CLI has no help text, so its reference row would say nothing."""
+
+
 def _options(parser: argparse.ArgumentParser) -> list[str]:
     rows = []
     for action in parser._actions:
@@ -172,16 +178,37 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
         else:
             name = str(action.metavar or action.dest)
         what = action.help or ""
+        if not what.strip() or what == argparse.SUPPRESS:
+            raise UndescribedOption(
+                f"{parser.prog} {name} has no help text: give its add_argument a help="
+            )
         if action.choices and action.option_strings:
             what = f"{what} (one of {', '.join(map(str, action.choices))})".strip()
         rows.append(f"| `{name}` | {cell(what)} |")
     return rows
 
 
-def cli_page() -> str:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+def _commands(
+    parser: argparse.ArgumentParser, path: str = ""
+) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
+    """(name after `pdfqueue`, help, parser) of each command, nested ones after their parent."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None:
+        return
     helps = {a.dest: a.help for a in sub._choices_actions}
+    for name in sorted(sub.choices):
+        full = f"{path} {name}".strip()
+        if not helps.get(name):
+            raise UndescribedOption(
+                f"pdfqueue {full} has no help text: give its add_parser a help="
+            )
+        yield full, str(helps[name]), sub.choices[name]
+        yield from _commands(sub.choices[name], full)
+
+
+def cli_page() -> str:
+    """The CLI reference; UndescribedOption if a command or an argument has no help text."""
+    commands = list(_commands(build_parser()))
     out = [
         header("CLI reference", "the parser of `core/src/pdfqueue/cli/main.py`"),
         "Run from a checkout as `uv run pdfqueue COMMAND`. Client commands read `PDFQUEUE_URL`"
@@ -189,17 +216,12 @@ def cli_page() -> str:
         "| command | what it does |",
         "|---|---|",
     ]
-    out += [f"| [`{n}`](#pdfqueue-{n}) | {cell(helps.get(n) or '')} |" for n in sorted(sub.choices)]
-    for name in sorted(sub.choices):
-        command = sub.choices[name]
+    out += [
+        f"| [`{n}`](#pdfqueue-{n.replace(' ', '-')}) | {cell(what)} |" for n, what, _ in commands
+    ]
+    for name, what, command in commands:
         usage = command.format_usage().removeprefix("usage: ").strip()
-        out += [
-            f"\n## pdfqueue {name}\n",
-            f"{helps.get(name) or ''}\n",
-            "```",
-            " ".join(usage.split()),
-            "```\n",
-        ]
+        out += [f"\n## pdfqueue {name}\n", f"{what}\n", "```", " ".join(usage.split()), "```\n"]
         rows = _options(command)
         if rows:
             out += ["| argument | meaning |", "|---|---|", *rows]
@@ -221,6 +243,7 @@ def metrics_page() -> str:
         "worker": "worker",
         "operator": "operator",
         "postgres": "API, worker (the PostgreSQL gauges)",
+        "storage": "API, worker (the object-store gauge)",
         "election": "operator",
     }
     out = [
@@ -275,6 +298,129 @@ def outcomes_page() -> str:
         " backoff up to `PDFQUEUE_MAX_TRIES`; after that the file fails with the last one of"
         " these reasons, and a plain retry re-runs it:\n",
         ", ".join(f"`{r}`" for r in transient) + ".",
+        "\n## Batch reasons\n",
+        "A batch that ends `FAILED` failed as a whole: its status carries `reason`, one of"
+        " these codes, and `error`, the same in words (counts and limits, never a member"
+        " name: the report lists the names). The page, `pdfqueue status`, the `batch.failed`"
+        " webhook and the PdfBatch's `Finished` condition (its reason in CamelCase) show"
+        " both; `pdfqueue upload --wait`, `watch` and `status` exit with code 4. A ZIP with"
+        " at least one PDF is never refused for being small: a batch of one PDF runs.\n",
+        "| reason | what happened | what to do |",
+        "|---|---|---|",
+        *(f"| `{r}` | {cell(what)} | {cell(todo)} |" for r, (what, todo) in BATCH_ADVICE.items()),
+        "\nA store that refuses ingest's request for good fails the batch with that store's"
+        " reason (`database_rejected`, `invalid_data`, `redis_rejected`, `storage_rejected`):"
+        " tell the administrator. Limits: [Limits](limits.md).",
+    ]
+    return "\n".join(out) + "\n"
+
+
+# --- limits ---------------------------------------------------------------------------------
+
+LIMITS: tuple[tuple[str, str, str], ...] = (
+    (
+        "max_upload_bytes",
+        "bytes of one upload (the ZIP as sent)",
+        "`413` while the body streams in, nothing is kept",
+    ),
+    (
+        "max_members",
+        "entries of one ZIP (folders included)",
+        "`413` at upload; a PdfBatch's ZIP: the batch `FAILED`, `too_many_members`",
+    ),
+    (
+        "max_directory_bytes",
+        "bytes of one ZIP's central directory (its list of entries)",
+        "`413` at upload; a PdfBatch's ZIP: the batch `FAILED`, `too_many_members`",
+    ),
+    (
+        "max_total_uncompressed_bytes",
+        "bytes of one ZIP's members once unpacked, all together",
+        "the batch `FAILED`, `archive_rejected` (checked by the worker, after the `202`)",
+    ),
+    (
+        "max_pdf_bytes",
+        "bytes of one PDF once unpacked",
+        "that file `failed`, `too_large`; the rest of the batch goes on",
+    ),
+    (
+        "max_compression_ratio",
+        "unpacked / packed size of one member",
+        "that file `failed`, `compression_ratio`; the rest of the batch goes on",
+    ),
+)
+"""(setting, what it bounds, what happens past it) for the limits page, in a user's order."""
+
+
+def _amount(value: object) -> str:
+    """A default as a person reads it: `2 GiB (2147483648)`, `100,000`, `200`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"`{value}`"
+    if isinstance(value, float):
+        return f"{value:g}"
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= size and value % size == 0:
+            return f"{value // size} {unit} ({value})"
+    return f"{value:,}"
+
+
+def limits_page() -> str:
+    out = [
+        header(
+            "Limits",
+            "`core/src/pdfqueue/domain/settings.py` and the constants named below",
+        ),
+        "What one batch may be, and what happens past each limit. The upload page, the CLI"
+        " and the API all answer with the same words: an HTTP status and a `detail` that"
+        " names the limit and its setting, or a batch or file reason in the report"
+        " ([Outcomes and reasons](outcomes.md)).\n",
+        "## How many PDFs\n",
+        "There is no minimum: a ZIP with one PDF is a batch like any other. A ZIP in which"
+        " no member is a PDF by name (`.pdf`, any case), an empty one included, ends"
+        " `FAILED` with reason `no_pdf_members`, and its report lists what it held. The"
+        " most is `PDFQUEUE_MAX_MEMBERS` entries; batches of 50,000 PDFs are what the"
+        " benchmarks run. Members that are not PDFs are listed as `ignored` and not"
+        " counted; folders and archivers' metadata (`__MACOSX/`, `._*`, `.DS_Store`) are"
+        " skipped.\n",
+        "## Size limits (settings)\n",
+        "An administrator changes each with its environment variable (in the chart:"
+        " `api.maxUploadBytes` and `config.*`, see"
+        " [Chart values](../operations/chart-values.md)).\n",
+        "| limit | default | bounds | past it |",
+        "|---|---|---|---|",
+    ]
+    for name, bounds, past in LIMITS:
+        field = Settings.model_fields[name]
+        value = field.get_default(call_default_factory=True)
+        out.append(f"| {_env_names(name)} | {_amount(value)} | {cell(bounds)} | {cell(past)} |")
+    out += [
+        "\n## Fixed limits (constants)\n",
+        "| limit | value | past it | why not a setting |",
+        "|---|---|---|---|",
+        f"| member name length | {MAX_MEMBER_NAME_BYTES} bytes of UTF-8 | that file `failed`,"
+        " `name_too_long`; the report shows the name cut | every index over names must hold"
+        " any name PostgreSQL may be given (a btree entry holds about 2,700 bytes): raising it"
+        " would strand batches |",
+        f"| `callback_url` length | {MAX_URL_CHARS} characters | `422` at upload | a URL"
+        " longer than browsers and proxies take is a mistake, not a need |",
+        "| ZIP format | ZIP or ZIP64; stored or deflate members; not encrypted, not split |"
+        " `422` (not a ZIP) at upload; a member: `unsupported_compression`,"
+        " `encrypted_member` | what the format and Python's `zlib` read safely |",
+        "\n## Other limits\n",
+        "- Per-tenant quotas (uploads per minute, bytes per day, batches at once, retries per"
+        " hour) answer `429` with `Retry-After`: `PDFQUEUE_QUOTA_UPLOADS_PER_MINUTE`,"
+        " `PDFQUEUE_QUOTA_BYTES_PER_DAY`, `PDFQUEUE_QUOTA_CONCURRENT_BATCHES`,"
+        " `PDFQUEUE_QUOTA_RETRIES_PER_HOUR` and"
+        " `PDFQUEUE_TENANT_QUOTAS` in [Settings](../operations/settings.md).",
+        "- Each PDF is read within `PDFQUEUE_JOB_TIMEOUT_S` and the parser's memory cap"
+        " (`timeout`, `parser_crashed`); only its first `PDFQUEUE_EXTRACT_MAX_PAGES` pages"
+        " are searched for an address.",
+        "- The HTTP server bounds every request's head, URL and headers before"
+        " authentication (`PDFQUEUE_HTTP_MAX_HEAD_BYTES`, `PDFQUEUE_HTTP_MAX_URL_BYTES`,"
+        " `PDFQUEUE_HTTP_MAX_HEADERS`, `PDFQUEUE_HTTP_HEAD_TIMEOUT_S`,"
+        " `PDFQUEUE_HTTP_BODY_TIMEOUT_S`,"
+        " `PDFQUEUE_HTTP_BODY_MIN_BYTES_PER_S`, `PDFQUEUE_HTTP_MAX_CONNECTIONS`):"
+        " [Security](../operations/security.md).",
     ]
     return "\n".join(out) + "\n"
 
@@ -284,6 +430,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/operations/metrics.md": metrics_page,
     "docs/user-guide/cli-reference.md": cli_page,
     "docs/user-guide/outcomes.md": outcomes_page,
+    "docs/user-guide/limits.md": limits_page,
 }
 """Each generated page (relative to the repository root) and the function that writes it."""
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from kubernetes.aio import client, config
+from kubernetes.aio import client
 from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.client.models import CoreV1Event
-from kubernetes.aio.config.config_exception import ConfigException
 
 from pdfqueue.domain.pdfbatch import GROUP, PLURAL, VERSION
 from pdfqueue_operator.errors import NotLeading
@@ -21,28 +19,6 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "pdfqueue-operator"
 TIMEOUT_S = 10.0
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def own_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:
-    """The namespace of this pod's ServiceAccount; None outside a pod."""
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
-
-
-async def connect(kubeconfig: str | None) -> client.ApiClient:
-    """A client for the ServiceAccount of this pod, else the kubeconfig (as kopf logs in)."""
-    cfg = client.Configuration()
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except ConfigException:
-            await config.load_kube_config(client_configuration=cfg)
-    return client.ApiClient(cfg)
 
 
 def always() -> bool:

@@ -36,6 +36,7 @@ from pdfqueue.domain.errors import ConfigurationError
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.connections import OPERATOR, Stores
+from pdfqueue.stores import kubeapi
 from pdfqueue_operator import kube
 from pdfqueue_operator.election import Elector, identity_for
 from pdfqueue_operator.health import HealthServer
@@ -93,13 +94,13 @@ async def run(settings: Settings, *, namespaces: Collection[str], standalone: bo
     metrics.register("election")
     metrics.serve(settings.metrics_port)
     identity = identity_for(settings.pod_name)
-    namespace = settings.operator_lease_namespace or kube.own_namespace()
+    namespace = settings.operator_lease_namespace or kubeapi.own_namespace()
     if not standalone and not namespace:
         raise ConfigurationError(
             "PDFQUEUE_OPERATOR_LEASE_NAMESPACE is unset and this is not a pod: set it, or run"
             " `pdfqueue operator --standalone` (one replica only)"
         )
-    api = await kube.connect(settings.kubeconfig)
+    api = await kubeapi.connect(settings.kubeconfig)
     elector = None
     if not standalone:
         assert namespace is not None
@@ -112,7 +113,7 @@ async def run(settings: Settings, *, namespaces: Collection[str], standalone: bo
         )
     stores = await Stores.open(settings, OPERATOR)
     leading = elector.leading if elector else kube.always
-    client = kube.Kube(await kube.connect(settings.kubeconfig), leading, identity)
+    client = kube.Kube(await kubeapi.connect(settings.kubeconfig), leading, identity)
     process = Process(settings, elector, identity, stores, client)
     metrics.operator_leading(elector is None)
     health = HealthServer(settings.operator_health_port, process.report)

@@ -19,6 +19,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.recovery import reconcile_running
 from pdfqueue.runtime.connections import OPERATOR, Stores
+from pdfqueue.stores import kubeapi
 from pdfqueue.stores.retention import RetentionStore
 from pdfqueue_operator import kube
 from pdfqueue_operator.kube import Kube, always
@@ -67,7 +68,7 @@ class Operator:
         over and closed. `shown`: batch id -> the objects whose status shows it (an index)."""
         stores = stores or await Stores.open(settings, OPERATOR)
         if client is None:
-            client = kube.Kube(await kube.connect(settings.kubeconfig), leading, identity)
+            client = kube.Kube(await kubeapi.connect(settings.kubeconfig), leading, identity)
         reconciler = BatchReconciler(
             settings,
             stores.redis,
@@ -75,7 +76,7 @@ class Operator:
             stores.lifecycle,
             stores.storage,
             client,
-            own_namespace=kube.own_namespace(),
+            own_namespace=kubeapi.own_namespace(),
         )
         scaler = WorkerScaler(settings, stores.redis, client, deployments, hpas)
         removed = await RemovedBatches.start(

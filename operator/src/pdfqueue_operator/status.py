@@ -65,9 +65,10 @@ def progress(
         )
     else:
         message = summary.error or f"{state.lower()}: {summary.processed} files processed"
-        finished = with_condition(
-            accepted, FINISHED, True, state.title(), message, generation=generation
-        )
+        why = state.title()
+        if state is BatchStatus.FAILED and summary.reason:  # no_pdf_members -> NoPdfMembers
+            why = "".join(part.title() for part in summary.reason.split("_"))
+        finished = with_condition(accepted, FINISHED, True, why, message, generation=generation)
     status: dict[str, Any] = {
         "phase": state.value,
         "batchId": summary.batch_id,

@@ -20,8 +20,8 @@ import asyncpg
 import httpx
 
 from pdfqueue.domain.models import TERMINAL
+from pdfqueue_dev.corpora.samples import SampleUser, build_corpus, seed_users, write_zip
 from pdfqueue_dev.processes import wait_until
-from pdfqueue_dev.samples import SampleUser, build_corpus, seed_users, write_zip
 
 
 class ClusterDriver(Protocol):

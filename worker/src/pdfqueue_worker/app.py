@@ -32,7 +32,7 @@ from pdfqueue_worker.tasks.ingest import ingest
 from pdfqueue_worker.tasks.process import process
 from pdfqueue_worker.tasks.recover import recover
 from pdfqueue_worker.tasks.retry import retry
-from pdfqueue_worker.tasks.webhook import announce, forward
+from pdfqueue_worker.tasks.webhook import announce
 
 log = logging.getLogger(__name__)
 SPARE_TRIES = 3
@@ -53,7 +53,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["deps"] = Deps(
         settings=settings,
         redis=redis,
-        lifecycle=replace(stores.lifecycle, on_completed=partial(announce, stores)),
+        lifecycle=replace(stores.lifecycle, on_ended=partial(announce, stores)),
         pool=stores.pool,
         batches=stores.batches,
         files=stores.files,
@@ -79,7 +79,9 @@ async def startup(ctx: dict[str, Any]) -> None:
     metrics.WORKER_MAX_JOBS.set(settings.max_jobs)
     ctx["gauges"] = QueueGauges(redis, settings.queue_name, settings.metrics_interval_s)
     ctx["gauges"].start()
-    ctx["store_gauges"] = StoreGauges(redis, stores.batches, settings.metrics_interval_s)
+    ctx["store_gauges"] = StoreGauges(
+        redis, stores.batches, settings.metrics_interval_s, stores.storage
+    )
     ctx["store_gauges"].start()
     ctx["heartbeat"] = heartbeat.start(redis, settings)
     if settings.dispatch_fair:
@@ -174,9 +176,6 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
                 timeout=settings.arq_timeout_s,
                 max_tries=settings.max_tries + SPARE_TRIES,
             ),
-            # deliveries have slots of their own (`deliveries`); one queued here by an
-            # earlier version is only moved there
-            func(forward, name="webhook", timeout=settings.arq_timeout_s, max_tries=3),
             func(
                 retry,
                 name="retry",

@@ -86,6 +86,7 @@ def list_members(backend: Backend, key: str, limits: Limits) -> Listing:
             msg = (
                 f"the archive declares at least {declared} uncompressed bytes;"
                 f" the limit is {limits.max_total_bytes}"
+                " (PDFQUEUE_MAX_TOTAL_UNCOMPRESSED_BYTES): split it into smaller ZIPs"
             )
             raise ArchiveRejected(msg)
         if not entry.is_dir:

@@ -16,6 +16,7 @@ from pdfqueue.erasure import BatchErasure
 from pdfqueue_api.auth import Tenant
 from pdfqueue_api.dependencies import BatchId, Service
 from pdfqueue_api.problems import errors
+from pdfqueue_api.shares import ReadSlot
 from pdfqueue_api.upload import ZIP_TYPES, BodyPace, FormFileReader, paced
 
 router = APIRouter()
@@ -97,7 +98,12 @@ async def create_batch(
     return BatchCreated(batch_id=batch_id, status_url=f"{base.rstrip('/')}/v1/batches/{batch_id}")
 
 
-@router.get("/v1/batches", response_model=BatchPage, responses=errors(400, 401, 503))
+@router.get(
+    "/v1/batches",
+    response_model=BatchPage,
+    responses=errors(400, 401, 429, 503),
+    dependencies=[ReadSlot],
+)
 async def list_batches(
     tenant: Tenant,
     service: Service,
@@ -108,7 +114,12 @@ async def list_batches(
     return await service.batches(tenant, cursor, limit)
 
 
-@router.get("/v1/batches/{batch_id}", response_model=BatchSummary, responses=errors(401, 404, 503))
+@router.get(
+    "/v1/batches/{batch_id}",
+    response_model=BatchSummary,
+    responses=errors(401, 404, 429, 503),
+    dependencies=[ReadSlot],
+)
 async def get_batch(batch_id: BatchId, tenant: Tenant, service: Service) -> BatchSummary:
     """Live progress; after the live state expires, the durable summary."""
     return await service.get(tenant, batch_id)

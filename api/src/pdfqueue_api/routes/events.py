@@ -10,6 +10,7 @@ from pdfqueue_api.auth import Tenant
 from pdfqueue_api.batch_feed import MAX_EVENT_ID, EventStream, event_id
 from pdfqueue_api.dependencies import BatchId, Feed, Service
 from pdfqueue_api.problems import errors
+from pdfqueue_api.shares import ReadSlot
 
 router = APIRouter()
 
@@ -21,6 +22,7 @@ router = APIRouter()
         204: {"description": "The client already saw the batch's terminal state."},
         **errors(401, 404, 429, 503),
     },
+    dependencies=[ReadSlot],
 )
 async def batch_events(
     batch_id: BatchId, request: Request, tenant: Tenant, service: Service, feed: Feed

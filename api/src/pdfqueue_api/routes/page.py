@@ -8,34 +8,47 @@ from importlib import resources
 from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import HTMLResponse, Response
 
-from pdfqueue.domain.advice import ADVICE
-from pdfqueue_api.dependencies import BatchId
+from pdfqueue.domain.advice import ADVICE, BATCH_ADVICE
+from pdfqueue.domain.settings import Settings
+from pdfqueue_api.dependencies import AppSettings, BatchId
 
 ASSETS = {
     "page.css": "text/css; charset=utf-8",
     "page.js": "text/javascript; charset=utf-8",
     "advice.json": "application/json",
+    "batch-advice.json": "application/json",
 }
 """The page's own style, script and reason table: served here, so its CSP needs nothing
 inline or remote."""
 _PACKAGE = resources.files("pdfqueue_api")
 PAGE = _PACKAGE.joinpath("page.html").read_text()
 ASSET_BYTES = {
-    name: _PACKAGE.joinpath("static", name).read_bytes() for name in ASSETS if name != "advice.json"
+    name: _PACKAGE.joinpath("static", name).read_bytes()
+    for name in ASSETS
+    if not name.endswith(".json")
 }
 ASSET_BYTES["advice.json"] = json.dumps(ADVICE).encode()
+ASSET_BYTES["batch-advice.json"] = json.dumps(BATCH_ADVICE).encode()
 router = APIRouter(include_in_schema=False)
 
 
+def _page(root: str, settings: Settings) -> HTMLResponse:
+    """The page, told whether the API runs open (no token needed: `PDFQUEUE_ALLOW_ANONYMOUS`
+    without tokens), so that without a token it says where one comes from without asking
+    the API first."""
+    is_open = not settings.api_tokens and settings.allow_anonymous
+    return HTMLResponse(PAGE.replace("%ROOT%", root).replace("%OPEN%", str(is_open).lower()))
+
+
 @router.get("/")
-async def index() -> HTMLResponse:
-    return HTMLResponse(PAGE.replace("%ROOT%", ""))
+async def index(settings: AppSettings) -> HTMLResponse:
+    return _page("", settings)
 
 
 @router.get("/batches/{batch_id}")
-async def batch_page(batch_id: BatchId) -> HTMLResponse:
+async def batch_page(batch_id: BatchId, settings: AppSettings) -> HTMLResponse:
     """The same page; its script shows the batch named in the URL (so a reload resumes)."""
-    return HTMLResponse(PAGE.replace("%ROOT%", "../"))
+    return _page("../", settings)
 
 
 @router.get("/static/{name}")

@@ -14,8 +14,11 @@ from pdfqueue.domain.models import FilePage, FileQuery, FileResult, FileSort, Ou
 from pdfqueue_api.auth import Tenant
 from pdfqueue_api.dependencies import BatchId, Service
 from pdfqueue_api.problems import errors
+from pdfqueue_api.shares import ReadSlot, ReportSlot
 
 router = APIRouter()
+CHUNK_BYTES = 64 * 1024
+"""A whole report is sent in chunks of about this size, not a write per row."""
 
 
 class ReportPage(BaseModel):
@@ -36,8 +39,9 @@ class ReportPage(BaseModel):
     response_model=list[FileResult],
     responses={
         200: {"content": {"text/csv": {"schema": {"type": "string"}}}},
-        **errors(401, 404, 503),
+        **errors(401, 404, 429, 503),
     },
+    dependencies=[ReportSlot],
 )
 async def batch_files(
     batch_id: BatchId,
@@ -45,22 +49,25 @@ async def batch_files(
     service: Service,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> Response:
-    """Per-file outcomes with reasons, as JSON or `?format=csv`."""
+    """Per-file outcomes with reasons, as JSON or `?format=csv`, streamed a page of rows at
+    a time. A tenant streams PDFQUEUE_QUOTA_CONCURRENT_REPORTS reports at once from one API
+    process; one more gets 429 with Retry-After."""
     rows = service.files(tenant, batch_id)
     first = await anext(rows, None)  # raises 404 before the response starts
     if format == "csv":
         return StreamingResponse(
-            _csv(first, rows),
+            _chunked(_csv(first, rows)),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{batch_id}.csv"'},
         )
-    return StreamingResponse(_json(first, rows), media_type="application/json")
+    return StreamingResponse(_chunked(_json(first, rows)), media_type="application/json")
 
 
 @router.get(
     "/v1/batches/{batch_id}/files/page",
     response_model=FilePage,
-    responses=errors(401, 404, 503),
+    responses=errors(401, 404, 429, 503),
+    dependencies=[ReadSlot],
 )
 async def batch_files_page(
     batch_id: BatchId, tenant: Tenant, service: Service, page: Annotated[ReportPage, Query()]
@@ -86,3 +93,15 @@ async def _csv(first: FileResult | None, rest: AsyncIterator[FileResult]) -> Asy
         yield csv_line(getattr(first, c) for c in columns)
         async for row in rest:
             yield csv_line(getattr(row, c) for c in columns)
+
+
+async def _chunked(parts: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`parts` joined into chunks of at least CHUNK_BYTES (the last one shorter)."""
+    chunk = bytearray()
+    async for part in parts:
+        chunk += part
+        if len(chunk) >= CHUNK_BYTES:
+            yield bytes(chunk)
+            chunk.clear()
+    if chunk:
+        yield bytes(chunk)

@@ -11,8 +11,10 @@ const LABELS = {
   failed: "failed", ignored: "ignored (not a PDF)", retrying: "retrying", total_files: "files", processed: "processed",
 };
 const PAGE_SIZE = 50;
+const OPEN = document.body.dataset.open === "true"; // the API needs no token (anonymous mode)
 const view = { id: null, summary: null, abort: null, poll: null, samples: [], offset: 0, total: 0, retry: false, filesAt: 0, erasing: false };
 let advice = {};
+let batchAdvice = {};
 
 class ApiError extends Error {
   constructor(status, detail) { super(detail); this.status = status; }
@@ -80,6 +82,7 @@ function go(path) { history.pushState(null, "", new URL(path, ROOT)); route(); }
 function route() {
   stopLive();
   $("error").textContent = "";
+  $("noToken").hidden = true;
   const rel = location.pathname.slice(ROOT.pathname.length);
   const match = /^batches\/([^/]+)$/.exec(rel);
   $("listView").hidden = Boolean(match);
@@ -105,7 +108,7 @@ let nextCursor = null;
 async function showList(append = false) {
   document.title = "pdfqueue";
   if (!append) { $("batches").tBodies[0].replaceChildren(); nextCursor = null; }
-  if (!token()) { $("listEmpty").hidden = false; $("listEmpty").textContent = "Enter your API token to see your batches."; return; }
+  if (!token() && !OPEN) { needToken(); return; }
   try {
     const query = new URLSearchParams({ limit: "20" });
     if (append && nextCursor) query.set("cursor", nextCursor);
@@ -116,6 +119,15 @@ async function showList(append = false) {
     $("listEmpty").hidden = $("batches").tBodies[0].rows.length > 0;
     $("listEmpty").textContent = "No batches yet.";
   } catch (error) { fail(error); }
+}
+
+// No token, and the API wants one: say what a token is and where one comes from, instead of
+// an empty table and an upload form that can only be refused.
+function needToken() {
+  $("listView").hidden = true;
+  $("batchView").hidden = true;
+  $("noToken").hidden = false;
+  $("token").focus();
 }
 
 function batchRow(b) {
@@ -167,6 +179,7 @@ function send(file) {
 
 // --- one batch ---------------------------------------------------------------------------------
 async function showBatch(id) {
+  if (!token() && !OPEN) { needToken(); return; }
   view.id = id; view.summary = null; view.samples = []; view.offset = 0; view.erasing = false;
   askErase(false, false);
   $("batchView").classList.remove("gone");
@@ -189,6 +202,11 @@ function render(s) {
   view.summary = s;
   if (s.file_name) { $("batchTitle").textContent = s.file_name; document.title = `${s.file_name} · pdfqueue`; }
   $("status").textContent = s.status + (s.error ? ` — ${s.error}` : "");
+  const why = s.status === "FAILED" && s.reason ? batchAdvice[s.reason] || [`The batch could not be started (${s.reason}).`, "Tell the administrator, then upload the ZIP again."] : null;
+  $("why").hidden = !why;
+  $("whyWhat").textContent = why ? why[0] : "";
+  $("whyTodo").textContent = why ? why[1] : "";
+  $("why").title = s.reason || "";
   $("proc").max = s.total_files || 1;
   $("proc").value = s.processed;
   $("rate").textContent = TERMINAL.has(s.status) ? `in ${duration(s.duration_s)}` : pace(s);
@@ -471,5 +489,6 @@ function wire() {
 wire();
 Promise.all([
   fetch(new URL("static/advice.json", ROOT)).then((r) => r.json()).then((a) => { advice = a; }).catch(() => {}),
+  fetch(new URL("static/batch-advice.json", ROOT)).then((r) => r.json()).then((a) => { batchAdvice = a; }).catch(() => {}),
   offersRetry(),
 ]).finally(route);

@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Run the reconciler for one batch: rebuild its live state and queue its"
         " files without an outcome again if Redis lost them; nothing when it is healthy.",
     )
-    r.add_argument("batch_id")
+    r.add_argument("batch_id", help="the batch's id")
     add_format(r, "json")
     r.set_defaults(run=_sync(admin_requeue))
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pdfqueue.cli.client import ApiError, Client, check_zip
-from pdfqueue.cli.exits import EXIT_ALREADY_ENDED, EXIT_ERROR, EXIT_OK
+from pdfqueue.cli.exits import EXIT_ALREADY_ENDED, EXIT_BATCH_ENDED, EXIT_ERROR, EXIT_OK
 from pdfqueue.cli.failures import UploadInterrupted
 from pdfqueue.cli.output import (
     ID_WIDTH,
@@ -78,8 +78,10 @@ def _send(client: Client, args: argparse.Namespace, *, quiet: bool) -> dict[str,
 
 def cmd_status(args: argparse.Namespace) -> int:
     with Client(args.url, args.token) as client:
-        print_summary(client.status(args.batch_id), as_json=args.format == "json")
-    return EXIT_OK
+        status = client.status(args.batch_id)
+    print_summary(status, as_json=args.format == "json")
+    ended = status["status"] in {BatchStatus.FAILED, BatchStatus.CANCELLED}
+    return EXIT_BATCH_ENDED if ended else EXIT_OK  # a running batch is no error
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

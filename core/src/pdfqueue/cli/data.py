@@ -64,7 +64,7 @@ def add_commands(
         " --dry-run",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("batch_id", nargs="?")
+    p.add_argument("batch_id", nargs="?", help="the batch to erase (or --email)")
     p.add_argument("--email", help="erase this person instead (administrator)")
     p.add_argument("--dry-run", action="store_true", help="with --email: count, remove nothing")
     add_format(p, "json")

@@ -11,7 +11,7 @@ EXIT_USAGE = 2
 EXIT_FILES_FAILED = 3
 """The batch completed, but at least one file failed (see `pdfqueue files ID --outcome failed`)."""
 EXIT_BATCH_ENDED = 4
-"""The batch ended FAILED (the archive as a whole was rejected) or CANCELLED."""
+"""The batch ended FAILED (its archive was rejected or holds no PDF) or CANCELLED."""
 EXIT_ALREADY_ENDED = 5
 """`cancel`: the batch had ended COMPLETED or FAILED before; nothing was cancelled."""
 EXIT_INTERRUPTED = 130

@@ -19,6 +19,7 @@ from pdfqueue.cli.client import Client
 from pdfqueue.cli.exits import EXIT_BATCH_ENDED, EXIT_FILES_FAILED, EXIT_OK
 from pdfqueue.cli.failures import StoppedWatching
 from pdfqueue.cli.output import id_table, print_json, say, show, stderr
+from pdfqueue.domain.advice import batch_advice
 from pdfqueue.domain.models import TERMINAL, BatchStatus
 
 OUTCOME_LABELS = {
@@ -109,4 +110,7 @@ def print_summary(status: dict[str, Any], *, as_json: bool) -> None:
         table.add_row(field, "—" if value is None else str(value))  # total unknown until ingest
     if status.get("error"):
         table.add_row("error", str(status["error"]))
+    words = batch_advice(status.get("reason"))
+    if words:
+        table.add_row(str(status["reason"]), f"{words[0]} {words[1]}")
     show(table)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import posixpath
+import re
+from collections import Counter
+from collections.abc import Iterable
+
 ADVICE: dict[str, tuple[str, str]] = {
     "no_email": (
         "No email address found in the PDF.",
@@ -118,9 +123,95 @@ FALLBACK = (
 
 def advice(reason: str | None) -> tuple[str, str] | None:
     """(what happened, what to do) for a reason; None for a file without one."""
+    return _words(ADVICE, FALLBACK, reason)
+
+
+def _words(
+    table: dict[str, tuple[str, str]], fallback: tuple[str, str], reason: str | None
+) -> tuple[str, str] | None:
     if not reason:
         return None
-    found = ADVICE.get(reason)
+    found = table.get(reason)
     if found is not None:
         return found
-    return FALLBACK[0].format(reason=reason), FALLBACK[1]
+    return fallback[0].format(reason=reason), fallback[1]
+
+
+NO_PDF_MEMBERS = "no_pdf_members"
+"""The batch reason of a ZIP in which no member is a PDF by name (empty ones included)."""
+
+BATCH_ADVICE: dict[str, tuple[str, str]] = {
+    NO_PDF_MEMBERS: (
+        "The ZIP holds no PDF: it is empty, or no file in it has a name ending in .pdf.",
+        "Put the PDFs in the ZIP (each name ending in .pdf) and upload it again; the batch's"
+        " report lists the files the ZIP held.",
+    ),
+    "not_a_zip": (
+        "The upload is not a ZIP archive pdfqueue can read.",
+        "Create the ZIP again (a standard .zip, not .rar or .7z) and upload it.",
+    ),
+    "too_many_members": (
+        "The ZIP holds more entries, or a bigger central directory, than allowed.",
+        "Split it into smaller ZIPs (see the Limits page), or ask the administrator to raise"
+        " PDFQUEUE_MAX_MEMBERS or PDFQUEUE_MAX_DIRECTORY_BYTES.",
+    ),
+    "archive_rejected": (
+        "The ZIP as a whole breaks a safety limit: it unpacks to more than allowed, or its"
+        " members overlap (a zip bomb's trick).",
+        "Split it into smaller ZIPs, or create it again with an ordinary tool; the error says"
+        " which limit (see the Limits page).",
+    ),
+    "upload_gone": (
+        "The batch's ZIP is no longer in storage.",
+        "Upload the ZIP again.",
+    ),
+    "ingest_gave_up": (
+        "Listing the ZIP kept failing (a store was down) until its tries ran out.",
+        "Upload it again once the service is healthy; if it persists, tell the administrator.",
+    ),
+}
+"""batch reason -> (what happened, what to do), for a batch that ended FAILED as a whole."""
+
+BATCH_FALLBACK = (
+    "The batch could not be started ({reason}).",
+    "Tell the administrator (the worker's log says why), then upload the ZIP again.",
+)
+
+
+def batch_advice(reason: str | None) -> tuple[str, str] | None:
+    """(what happened, what to do) for a failed batch's reason; None without one."""
+    return _words(BATCH_ADVICE, BATCH_FALLBACK, reason)
+
+
+_KIND = re.compile(r"[a-z0-9]{1,8}")
+
+
+def no_pdfs_found(names: Iterable[str]) -> str:
+    """The error of a batch whose ZIP holds no PDF: how many files, and of which kinds.
+
+    Member names are personal data (`Ann Smith CV.docx`): the message, which the batch row,
+    the PdfBatch status and webhooks carry, names only counts and short extensions; the
+    batch's report lists the names themselves.
+    """
+    kinds = Counter(_kind(n) for n in names)
+    files = sum(kinds.values())
+    if not files:
+        return "the ZIP holds no files (it is empty, or holds folders only): there is no PDF"
+    found = ", ".join(
+        f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    noun = "file" if files == 1 else "files"
+    return (
+        f"the ZIP holds {files} {noun} and none is a PDF ({found});"
+        " the batch's report lists them by name"
+    )
+
+
+def _kind(name: str) -> str:
+    """`.docx` for `CV Ann.DOCX`; a name without a short plain extension is `other`."""
+    base = posixpath.basename(name)
+    stem, dot, ext = base.rpartition(".")
+    ext = ext.lower()
+    if not (dot and stem):
+        return "without extension"
+    return f".{ext}" if _KIND.fullmatch(ext) else "other"

@@ -24,6 +24,8 @@ class PermanentError(PdfQueueError):
     """Bad input: retrying cannot help (HTTP 4xx, kopf.PermanentError, no arq retry)."""
 
     http_status = 400
+    reason: str = "rejected"
+    """Bounded label of this kind of refusal: a batch it fails carries it as its `reason`."""
 
 
 class TransientError(PdfQueueError):
@@ -106,6 +108,7 @@ class CallbackUnresolved(UnsafeCallback):
 
 class NotAZipArchive(PermanentError):
     http_status = 422
+    reason = "not_a_zip"
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"the upload is not a ZIP archive: {detail}")
@@ -115,12 +118,17 @@ class ArchiveTooLarge(PermanentError):
     http_status = 413
 
     def __init__(self, limit_bytes: int) -> None:
-        super().__init__(f"the upload exceeds the limit of {limit_bytes} bytes")
+        super().__init__(
+            f"the upload exceeds the limit of {limit_bytes} bytes (PDFQUEUE_MAX_UPLOAD_BYTES):"
+            " split it into smaller ZIPs"
+        )
         self.limit_bytes = limit_bytes
 
 
 class ArchiveRejected(PermanentError):
-    """The ZIP as a whole breaks a safety limit (too many members, too much data)."""
+    """The ZIP as a whole breaks a safety limit (too much data, overlapping members)."""
+
+    reason = "archive_rejected"
 
 
 class DirectoryTooLarge(ArchiveRejected):
@@ -128,6 +136,7 @@ class DirectoryTooLarge(ArchiveRejected):
     (HTTP 413): refused before anything is built per entry."""
 
     http_status = 413
+    reason = "too_many_members"
 
 
 class InvalidCursor(PermanentError):
@@ -269,7 +278,7 @@ class DependencyRejected(PermanentError):
     (bounded: a per-file reason and a metric label). Never the driver's message or a value."""
 
     http_status = 500
-    reason: ClassVar[str] = "rejected"
+    reason = "rejected"
 
 
 class DatabaseRejected(DependencyRejected):
@@ -336,6 +345,7 @@ class DependencyMisconfigured(ConfigurationError, TransientError):
 
 class ObjectNotFound(PermanentError):
     http_status = 404
+    reason = "upload_gone"
 
     def __init__(self, key: str) -> None:
         super().__init__(f"object {key!r} not found")

@@ -89,6 +89,10 @@ class BatchSummary(BaseModel):
     ignored: int = 0
     """Members that are not PDFs (directories excluded); listed in the report, not counted."""
     error: str | None = None
+    """Why the batch FAILED, in words (never a member name); null otherwise."""
+    reason: str | None = None
+    """Why the batch FAILED, as a bounded code (`no_pdf_members`, `not_a_zip`, ...: the
+    batch reasons of docs/user-guide/outcomes.md); null otherwise."""
     created_at: datetime
     completed_at: datetime | None = None
     file_name: str | None = None

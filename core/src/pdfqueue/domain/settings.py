@@ -61,6 +61,9 @@ def valid_tenant(name: str) -> bool:
 
 
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+API_POOL_CONNECTIONS = 10
+"""PostgreSQL connections of one API process; one tenant's reads hold fewer
+(`quota_concurrent_reads`)."""
 
 
 class Quota(BaseModel):
@@ -240,18 +243,30 @@ class Settings(BaseSettings):
     """Longest request target (path and query); longer gets 414."""
     http_max_headers: int = Field(default=100, ge=16)
     """Most header fields in one request; more get 431."""
+    http_idle_timeout_s: float = Field(default=5.0, gt=0)
+    """Time a connection may stay open with no byte of a request on it, after it was made or
+    after a response; then it is closed without an answer (keep-alive)."""
     http_head_timeout_s: float = Field(default=10.0, gt=0)
-    """Time a request head may take to arrive, from the connection (or the previous
-    response); a slower one gets 408 and the connection is closed (slowloris)."""
+    """Time a request head may take to arrive, from its first byte; a slower one gets 408
+    and the connection is closed (slowloris)."""
     http_body_timeout_s: float = Field(default=30.0, gt=0)
     """Longest wait for an upload's next bytes: a body that sends nothing for this long (or
     less than `http_body_min_bytes_per_s` times it over that much waiting) gets 408, its
     partial upload is removed and its slot freed. Only the API's waits for the client count,
-    not the time it spends storing what arrived."""
+    not the time it spends storing what arrived. Every other request body (its chunk framing
+    and trailer included) is held to the same pace by the HTTP protocol: over twice this
+    window while the API answers, and over this window for the rest of a body the API did
+    not read, after its response."""
     http_body_min_bytes_per_s: int = Field(default=1024, ge=0)
     """Slowest upload body the API reads, averaged over `http_body_timeout_s` of waiting; 0
     keeps only the pause limit. A trickle (a byte every few seconds) would otherwise hold an
     upload slot, a pending multipart upload and its part buffer for as long as it likes."""
+    http_write_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest the API's writes may wait on a client that does not read: once the kernel's
+    buffers for a connection are full and bytes wait for the client, it must take them
+    within this time, else the connection is dropped with what was left to send (a response,
+    or the last bytes before a close). Also what stops a client from holding the API's
+    shutdown: at shutdown such a connection is dropped at once."""
     http_max_connections: int = Field(default=4096, ge=1)
     """Connections one API process serves at once; requests beyond get 503 (health probes
     excepted), and connections beyond it plus a small reserve are closed at once. Keep it
@@ -271,6 +286,19 @@ class Settings(BaseSettings):
     tenant_quotas: dict[str, TenantQuota] = Field(default_factory=dict)
     """Per-tenant overrides as JSON, e.g. `{"acme": {"bytes_per_day": 0}}`; a quota not
     named keeps the default above."""
+
+    # --- per-tenant bounds on reads, per API process (429 with Retry-After past them) --------
+    quota_concurrent_reports: int = Field(default=2, ge=1)
+    """Whole reports (`GET /v1/batches/{id}/files`, JSON or CSV) one tenant may stream at once
+    from one API process, a slow reader's for as long as it reads. One more waits up to 1 s
+    for a slot, then gets 429 with Retry-After; its memory is one page of rows whatever the
+    report's size."""
+    quota_concurrent_reads: int = Field(default=4, ge=1)
+    """Reads one tenant may have in flight at once in one API process: a status, a list, a
+    report page, an event stream's opening, and each page of a whole report. Each holds at
+    most one of the API's PostgreSQL connections, so a tenant holds at most this many and the
+    rest stay for the other tenants (it must be below `API_POOL_CONNECTIONS`). One more waits
+    up to 1 s for a slot, then gets 429 with Retry-After."""
 
     # --- Kubernetes: operator, worker heartbeat -----------------------------------------------
     kubeconfig: str | None = None
@@ -573,6 +601,17 @@ class Settings(BaseSettings):
             return value
         lower = info.field_name == "placeholder_domains"
         return frozenset(_entries(value.lower() if lower else value))
+
+    @field_validator("quota_concurrent_reads")
+    @classmethod
+    def _check_read_share(cls, value: int) -> int:
+        if value >= API_POOL_CONNECTIONS:
+            msg = (
+                f"PDFQUEUE_QUOTA_CONCURRENT_READS must be below the API's {API_POOL_CONNECTIONS}"
+                " PostgreSQL connections, so that one tenant's reads leave some to the others"
+            )
+            raise ValueError(msg)
+        return value
 
     @field_validator("upload_part_bytes")
     @classmethod

@@ -74,6 +74,11 @@ REDIS_MAXMEMORY = _Gauge(
 
 # --- processes polling PostgreSQL too (pdfqueue.runtime.progress) ---------------------------
 POSTGRES_UP = _Gauge("pdfqueue_postgres_up", "1 if the last poll of PostgreSQL succeeded, else 0.")
+STORAGE_UP = _Gauge(
+    "pdfqueue_storage_up",
+    "1 if the last check of the object store succeeded (S3: HEAD of the bucket; a folder:"
+    " it exists), else 0.",
+)
 BATCH_PROGRESS_AGE = _Gauge(
     "pdfqueue_batch_oldest_progress_age_seconds",
     "Seconds since the PROCESSING batch that moved least recently counted a file (0 when none"
@@ -211,6 +216,8 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
     ),
     # Only where a pdfqueue.runtime.progress.StoreGauges task runs: an unset "up" would read 0.
     "postgres": (POSTGRES_UP, BATCH_PROGRESS_AGE),
+    # Only where StoreGauges checks the object store too: an unset "up" would read 0.
+    "storage": (STORAGE_UP,),
     # Leader only: a standby's zeros would read as a fleet that wants no workers.
     "operator": (OPERATOR_DESIRED_REPLICAS, OPERATOR_REPLICAS, OPERATOR_SCALING_DECISIONS),
     # Every operator process, leader or standby.
@@ -249,7 +256,8 @@ def register(*components: str) -> None:
     """Export the common metrics and those of `components` ("api", "worker", "operator",
     "election" for every operator process, "queue" for a process running
     `pdfqueue.runtime.gauges.QueueGauges`, "postgres" for one running
-    `pdfqueue.runtime.progress.StoreGauges`).
+    `pdfqueue.runtime.progress.StoreGauges`, "storage" for one whose StoreGauges checks the
+    object store).
 
     Idempotent: tests run the API and workers in one process.
     """

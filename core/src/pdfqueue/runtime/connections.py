@@ -6,9 +6,7 @@ Redis, PostgreSQL, storage and the lifecycle by hand; only the sizes differ per 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -17,9 +15,10 @@ import asyncpg
 from redis.asyncio import Redis
 
 from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable, SchemaNotReady
-from pdfqueue.domain.settings import Settings
+from pdfqueue.domain.settings import API_POOL_CONNECTIONS, Settings
 from pdfqueue.erasure import Eraser
 from pdfqueue.lifecycle import Lifecycle
+from pdfqueue.runtime.waiting import until_ready
 from pdfqueue.stores import schema
 from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.files import FileStore
@@ -50,7 +49,15 @@ class Role:
     run on, is an error at once (the schema checked once), where a process waits for them."""
 
 
-API = Role("api", 0, 10, 16, redis_connect_timeout_s=1, redis_timeout_s=2, waits_for_schema=False)
+API = Role(
+    "api",
+    0,
+    API_POOL_CONNECTIONS,
+    16,
+    redis_connect_timeout_s=1,
+    redis_timeout_s=2,
+    waits_for_schema=False,
+)
 OPERATOR = Role("operator", 1, 4, 4, redis_connect_timeout_s=2, redis_timeout_s=5)
 ADMIN = Role("admin", 0, 4, 8, redis_connect_timeout_s=2, redis_timeout_s=5, by_hand=True)
 """An administrator's command (`pdfqueue purge`, `erase --email`, `admin ...`): database
@@ -157,29 +164,22 @@ async def _connect(dsn: str, role: Role) -> asyncpg.Pool:
 
 async def _connect_when_up(dsn: str, role: Role) -> asyncpg.Pool:
     """The role's pool, once PostgreSQL answers (for at most STARTUP_WAIT_S)."""
-    deadline = time.monotonic() + STARTUP_WAIT_S
-    delay = 0.5
-    while True:
-        try:
-            return await connect(dsn, min_size=role.pool_min, max_size=role.pool_max)
-        except DatabaseUnavailable as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("%s: waiting for PostgreSQL: %s", role.name, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    return await until_ready(
+        f"{role.name}: waiting for PostgreSQL",
+        lambda: connect(dsn, min_size=role.pool_min, max_size=role.pool_max),
+        errors=(DatabaseUnavailable,),
+        timeout_s=STARTUP_WAIT_S,
+        max_delay_s=5.0,
+    )
 
 
 async def _schema_when_ready(pool: asyncpg.Pool, role: Role) -> None:
     """Wait, saying why, until the schema is one this code runs on (`pdfqueue migrate` has
     run): no crash loop, and no work done against tables this code does not know."""
-    delay = 0.5
-    while True:
-        try:
-            await schema.require(pool)
-        except (SchemaNotReady, DatabaseSchemaError, DatabaseUnavailable) as exc:
-            log.warning("%s: waiting for the schema: %s", role.name, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, SCHEMA_RETRY_MAX_S)
-        else:
-            return
+    await until_ready(
+        f"{role.name}: waiting for the schema",
+        lambda: schema.require(pool),
+        errors=(SchemaNotReady, DatabaseSchemaError, DatabaseUnavailable),
+        timeout_s=None,
+        max_delay_s=SCHEMA_RETRY_MAX_S,
+    )

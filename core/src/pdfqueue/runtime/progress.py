@@ -1,18 +1,21 @@
-"""PostgreSQL reachability and how long the stalest running batch has gone without progress."""
+"""The stores' health: PostgreSQL and the object store reachable, and how long the stalest
+running batch has gone without progress."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from prometheus_client import Gauge
 from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
 from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +51,19 @@ class ProgressClock:
 
 @dataclass
 class StoreGauges:
-    """Polls PostgreSQL (its running batches) and Redis (their counts) every `interval_s`.
+    """Polls PostgreSQL (its running batches) and Redis (their counts) every `interval_s`,
+    and checks `storage` (when given) as often.
 
-    A loop of its own, so a hung PostgreSQL never delays the queue gauges or the heartbeat.
+    Loops of their own, so a hung PostgreSQL never delays the queue gauges or the heartbeat,
+    and a hung object store never delays PostgreSQL's gauge.
     """
 
     redis: Redis
     batches: BatchStore
     interval_s: float = 5.0
+    storage: Storage | None = None
     clock: ProgressClock = field(default_factory=ProgressClock)
-    _loop: Periodic | None = field(default=None, init=False, repr=False)
+    _loops: list[Periodic] = field(default_factory=list, init=False, repr=False)
 
     async def poll(self, now: float | None = None) -> None:
         """One poll (at monotonic time `now`): a failure to list the batches is PostgreSQL's,
@@ -75,20 +81,33 @@ class StoreGauges:
         age_s = self.clock.observe(dict(zip(running, counts, strict=True)), now)
         metrics.BATCH_PROGRESS_AGE.set(age_s)
 
+    async def check_storage(self) -> None:
+        """One check of the object store; a failure is the store's, which the loop reports."""
+        if self.storage is not None:
+            await self.storage.check()
+
     def start(self) -> None:
+        if self._loops:
+            return
         metrics.register("postgres")
-        if self._loop is None:
-            self._loop = Periodic(
-                "store-gauges",
-                self.interval_s,
-                self.poll,
-                timeout_s=max(self.interval_s, 1.0),
-                on_error=lambda _exc: metrics.POSTGRES_UP.set(0),
-                on_ok=lambda: metrics.POSTGRES_UP.set(1),
-            )
-            self._loop.start()
+        self._loops.append(self._every("store-gauges", self.poll, metrics.POSTGRES_UP))
+        if self.storage is not None:
+            metrics.register("storage")
+            self._loops.append(self._every("storage-gauge", self.check_storage, metrics.STORAGE_UP))
+        for loop in self._loops:
+            loop.start()
+
+    def _every(self, name: str, tick: Callable[[], Awaitable[None]], up: Gauge) -> Periodic:
+        return Periodic(
+            name,
+            self.interval_s,
+            tick,
+            timeout_s=max(self.interval_s, 1.0),
+            on_error=lambda _exc: up.set(0),
+            on_ok=lambda: up.set(1),
+        )
 
     async def stop(self) -> None:
-        if self._loop is not None:
-            await self._loop.stop()
-        self._loop = None
+        loops, self._loops = self._loops, []
+        for loop in loops:
+            await loop.stop()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from dataclasses import dataclass
 
 import asyncpg
@@ -16,6 +14,7 @@ from pdfqueue.domain.errors import (
     StorageRejected,
 )
 from pdfqueue.domain.settings import Settings
+from pdfqueue.runtime.waiting import until_ready
 from pdfqueue.stores.schema import SchemaVersion, connect_for_migrations, migrate, read_version
 from pdfqueue.stores.storage import Storage
 
@@ -56,17 +55,13 @@ async def provision(settings: Settings) -> Provisioned:
 async def _connect_when_up(dsn: str) -> asyncpg.Connection:
     """The migration's connection, once PostgreSQL answers: a Job started beside a new
     database waits for it rather than failing its first tries."""
-    deadline = time.monotonic() + MIGRATE_WAIT_S
-    delay = 0.5
-    while True:
-        try:
-            return await connect_for_migrations(dsn)
-        except DatabaseUnavailable as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("migrate: waiting for PostgreSQL: %s", exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    return await until_ready(
+        "migrate: waiting for PostgreSQL",
+        lambda: connect_for_migrations(dsn),
+        errors=(DatabaseUnavailable,),
+        timeout_s=MIGRATE_WAIT_S,
+        max_delay_s=5.0,
+    )
 
 
 async def _expire_uploads(storage: Storage, days: int) -> str:

@@ -12,9 +12,6 @@ import asyncpg
 from pdfqueue.domain.models import COUNTERS, BatchStatus, BatchSummary
 from pdfqueue.stores.driver_errors import postgres_errors, typed_methods
 
-LEGACY_QUEUE = "pdfqueue:queue"
-"""The default queue: batches created before rows recorded their queue (0008) count as its."""
-
 
 @dataclass(frozen=True)
 class BatchRow:
@@ -58,7 +55,7 @@ class BatchStore:
         *,
         pdfbatch_uid: str | None = None,
         file_name: str | None = None,
-        queue_name: str | None = None,
+        queue_name: str,
     ) -> BatchRow:
         """Insert the batch, or return the existing row unchanged (whoever it belongs to)."""
         row = await self.pool.fetchrow(
@@ -146,8 +143,8 @@ class BatchStore:
     ) -> list[BatchActivity]:
         """Batches of every tenant (or of `tenant`), newest first, each with its files that
         have an outcome and when one was last recorded; only those still running (PENDING,
-        PROCESSING) unless not `running`, only those of `queue_name` when given (with
-        those of no recorded queue for LEGACY_QUEUE), only `batch_ids` when given. For
+        PROCESSING) unless not `running`, only those of `queue_name` when given, only
+        `batch_ids` when given. For
         operators (`pdfqueue admin`, the reconciler)."""
         where: list[str] = []
         args: list[Any] = []
@@ -156,8 +153,7 @@ class BatchStore:
             where.append(f"id = ANY(${len(args)}::text[])")
         if queue_name is not None:
             args.append(queue_name)
-            legacy = " OR queue_name IS NULL" if queue_name == LEGACY_QUEUE else ""
-            where.append(f"(queue_name = ${len(args)}{legacy})")
+            where.append(f"queue_name = ${len(args)}")
         if running:  # the predicate of index pdfqueue_batches_active (0002), word for word
             where.append("status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')")
         if tenant is not None:
@@ -198,18 +194,24 @@ class BatchStore:
         )
 
     async def finish(
-        self, batch_id: str, status: BatchStatus, error: str | None = None
+        self,
+        batch_id: str,
+        status: BatchStatus,
+        error: str | None = None,
+        reason: str | None = None,
     ) -> BatchSummary:
         """Write the final summary, counted from the per-file rows (idempotent)."""
         counts = await self.outcome_counts(batch_id)
         row = await self.pool.fetchrow(
             "UPDATE pdfqueue_batches SET status = $2, error = COALESCE($3, error),"
-            " completed_at = COALESCE(completed_at, now()), processed = $4, "
-            + ", ".join(f"{c} = ${i}" for i, c in enumerate(COUNTERS, start=5))
+            " reason = COALESCE($4, reason),"
+            " completed_at = COALESCE(completed_at, now()), processed = $5, "
+            + ", ".join(f"{c} = ${i}" for i, c in enumerate(COUNTERS, start=6))
             + " WHERE id = $1 RETURNING *",
             batch_id,
             status.value,
             error,
+            reason,
             sum(counts.values()),
             *(counts[c] for c in COUNTERS),
         )
@@ -268,6 +270,7 @@ def _summary(row: Any) -> BatchSummary:
         processed=row["processed"],
         ignored=row["ignored"],
         error=row["error"],
+        reason=row.get("reason"),
         created_at=row["created_at"],
         completed_at=row["completed_at"],
         file_name=row.get("file_name"),

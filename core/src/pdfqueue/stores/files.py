@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,13 +227,6 @@ class FileStore:
             limit,
         )
         return [FileResult(index=r["idx"], **{k: r[k] for k in _FILE_COLUMNS}) for r in rows]
-
-    async def iterate(self, batch_id: str, page: int = 5000) -> AsyncIterator[FileResult]:
-        after = -1
-        while rows := await self.read(batch_id, after=after, limit=page):
-            for r in rows:
-                yield r
-            after = rows[-1].index
 
     async def page(self, batch_id: str, query: FileQuery) -> tuple[int, list[FileResult]]:
         """(rows matching the query's filters, the requested page of them)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
@@ -109,6 +109,9 @@ class BatchState:
             fields["file_name"] = summary.file_name
         if summary.status in TERMINAL:
             fields["completed_at"] = (summary.completed_at or utcnow()).isoformat()
+        for name, value in (("error", summary.error), ("reason", summary.reason)):
+            if value:
+                fields[name] = value
         async with self.redis.pipeline(transaction=True) as pipe:
             await pipe.watch(key)
             if await pipe.exists(key):
@@ -208,14 +211,24 @@ class BatchState:
         return bool(dropped)
 
     async def set_status(
-        self, batch_id: str, status: BatchStatus, error: str | None = None
+        self,
+        batch_id: str,
+        status: BatchStatus,
+        error: str | None = None,
+        *,
+        reason: str | None = None,
+        counts: Mapping[str, int] | None = None,
     ) -> None:
-        """Force a terminal status (FAILED, CANCELLED); expired state stays expired."""
+        """Force a terminal status (FAILED, CANCELLED), with why (`error`, `reason`) and
+        counters to set in the same step (`counts`); expired state stays expired."""
         if not await self.redis.exists(keys.batch(batch_id)):
             return
         mapping = {"status": status.value, "completed_at": utcnow().isoformat()}
+        mapping.update({k: str(v) for k, v in (counts or {}).items()})
         if error:
             mapping["error"] = error
+        if reason:
+            mapping["reason"] = reason
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.batch(batch_id), mapping=mapping)
             pipe.expire(keys.batch(batch_id), self.ttl_s)
@@ -238,6 +251,7 @@ class BatchState:
             processed=int(h.get("processed", 0)),
             ignored=int(h.get("ignored", 0)),
             error=h.get("error"),
+            reason=h.get("reason"),
             created_at=datetime.fromisoformat(h["created_at"]),
             completed_at=datetime.fromisoformat(h["completed_at"]) if "completed_at" in h else None,
             file_name=h.get("file_name"),

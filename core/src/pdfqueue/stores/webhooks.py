@@ -28,7 +28,7 @@ import httpx
 
 from pdfqueue.domain.addresses import host_refusal, is_loopback, refusal
 from pdfqueue.domain.errors import CallbackUnresolved, UnsafeCallback
-from pdfqueue.domain.models import COUNTERS, BatchSummary
+from pdfqueue.domain.models import COUNTERS, BatchStatus, BatchSummary
 
 SIGNATURE_HEADER = "Pdfqueue-Signature"
 EVENT_HEADER = "Pdfqueue-Event"
@@ -118,11 +118,17 @@ async def checked(url: str, *, allow_http_loopback: bool) -> Target:
     return target
 
 
+def event_of(summary: BatchSummary) -> str:
+    """`batch.failed` for a batch that ended FAILED as a whole, else `batch.completed`."""
+    return "batch.failed" if summary.status is BatchStatus.FAILED else "batch.completed"
+
+
 def body(summary: BatchSummary) -> bytes:
-    """The JSON body of a completion: the batch's final counts."""
+    """The JSON body of a batch's end: its final counts, and why a failed one failed."""
+    fields = _FIELDS | ({"error", "reason"} if summary.status is BatchStatus.FAILED else set())
     data = {
-        "event": "batch.completed",
-        **summary.model_dump(mode="json", include=_FIELDS),
+        "event": event_of(summary),
+        **summary.model_dump(mode="json", include=fields),
     }
     return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
@@ -155,6 +161,7 @@ async def post(
     *,
     timeout_s: float,
     max_response_bytes: int = 64 * 1024,
+    event: str = "batch.completed",
 ) -> int:
     """One attempt: resolve and check again, connect to a checked address, POST once.
 
@@ -173,7 +180,7 @@ async def post(
         "Host": target.host if target.port in {80, 443} else f"{target.host}:{target.port}",
         "Content-Type": "application/json",
         "User-Agent": "pdfqueue-webhook",
-        EVENT_HEADER: "batch.completed",
+        EVENT_HEADER: event,
         DELIVERY_HEADER: delivery,
         SIGNATURE_HEADER: signature(secret, int(time.time()), payload),
     }

@@ -108,12 +108,16 @@ def count_entries(backend: Backend, key: str, limits: DirectoryLimits) -> int:
 
 def check_declared(end: EndRecord, limits: DirectoryLimits) -> None:
     if end.entries > limits.max_entries:
-        msg = f"the archive declares {end.entries} members; the limit is {limits.max_entries}"
+        msg = (
+            f"the archive declares {end.entries} members; the limit is {limits.max_entries}"
+            " (PDFQUEUE_MAX_MEMBERS): split it into smaller ZIPs"
+        )
         raise DirectoryTooLarge(msg)
     if end.directory_size > limits.max_directory_bytes:
         msg = (
             f"the archive's central directory is {end.directory_size} bytes;"
-            f" the limit is {limits.max_directory_bytes}"
+            f" the limit is {limits.max_directory_bytes} (PDFQUEUE_MAX_DIRECTORY_BYTES):"
+            " split it into smaller ZIPs"
         )
         raise DirectoryTooLarge(msg)
 
@@ -204,7 +208,10 @@ def _entries(reader: _DirectoryReader, shift: int, max_entries: int) -> Iterator
         if fields[0] != _ENTRY_SIG:
             raise NotAZipArchive("Bad magic number for central directory")
         if index == max_entries:  # whatever the end record said: it may lie
-            msg = f"the archive holds more than {max_entries} members; that is the limit"
+            msg = (
+                f"the archive holds more than {max_entries} members; that is the limit"
+                " (PDFQUEUE_MAX_MEMBERS): split it into smaller ZIPs"
+            )
             raise DirectoryTooLarge(msg)
         name_length, extra_length, comment_length = fields[12:15]
         rest = reader.take(name_length + extra_length + comment_length)

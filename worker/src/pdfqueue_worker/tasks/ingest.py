@@ -8,7 +8,7 @@ from typing import Any
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import DependencyRejected, PermanentError
-from pdfqueue.domain.models import TERMINAL, FileRef, failed
+from pdfqueue.domain.models import TERMINAL, BatchStatus, FileRef, failed
 from pdfqueue.stores.queue import Job
 from pdfqueue_worker.archive import list_members, plan_slices
 from pdfqueue_worker.deps import Deps
@@ -36,10 +36,11 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
                     return await _ingest(deps, batch_id, source)
                 except DependencyRejected as exc:  # no try cures it: the batch fails now
                     log.error("ingest refused: %r", exc, extra={"batch_id": batch_id})
-                    error = f"ingest failed: {exc.reason}"
+                    error, reason = f"ingest failed: {exc.reason}", exc.reason
             else:
                 error = f"ingest gave up: {await last_try_error(deps, ctx)}"
-            await deps.lifecycle.fail(batch_id, error)
+                reason = "ingest_gave_up"
+            await deps.lifecycle.fail(batch_id, error, reason=reason)
     except Exception as exc:
         raise await retry_later(deps, ctx, exc) from exc
     return error
@@ -53,10 +54,12 @@ async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
         listing = await deps.storage.run(list_members, deps.storage.backend, source, deps.limits)
     except PermanentError as exc:
         log.warning("archive rejected: %s", exc, extra={"batch_id": batch_id})
-        await deps.lifecycle.fail(batch_id, str(exc))
+        await deps.lifecycle.fail(batch_id, str(exc), reason=exc.reason)
         return f"rejected: {exc}"
 
-    await deps.lifecycle.start(batch_id, listing.total_files, listing.ignored)
+    started = await deps.lifecycle.start(batch_id, listing.total_files, listing.ignored)
+    if started is BatchStatus.FAILED:  # no PDF in it: the lifecycle failed the batch
+        return f"no PDF among {len(listing.ignored)} files"
     if listing.rejected:
         rejected = {
             FileRef(batch_id, i, name): failed(why.reason) for i, name, why in listing.rejected

@@ -40,7 +40,7 @@ async def recover(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
         async with asyncio.timeout(deps.settings.job_timeout_s):
             if ctx["job_try"] > deps.settings.max_tries:
                 error = f"recovery gave up: {await last_try_error(deps, ctx)}"
-                await deps.lifecycle.fail(batch_id, error)
+                await deps.lifecycle.fail(batch_id, error, reason="ingest_gave_up")
                 return error
             return await _recover(deps, ctx["job_id"], batch_id, source)
     except Exception as exc:
@@ -59,7 +59,7 @@ async def _recover(deps: Deps, job_id: str, batch_id: str, source: str) -> str:
     except PermanentError as exc:  # the ZIP expired or changed since ingest listed it
         log.warning("recover: archive unreadable: %s", exc, extra={"batch_id": batch_id})
         if row.summary.retries == 0:  # its files are known by the listing only
-            await deps.lifecycle.fail(batch_id, f"recovery: {exc}")
+            await deps.lifecycle.fail(batch_id, f"recovery: {exc}", reason=exc.reason)
             return "archive unreadable"
         listing = Listing()
     done = await deps.files.outcomes(batch_id)

@@ -1,4 +1,4 @@
-"""The `webhook` task: tell a batch's caller it completed, signed, retried for a bounded time.
+"""The `webhook` task: tell a batch's caller it ended, signed, retried for a bounded time.
 
 Deliveries run on a queue of their own (`keys.delivery_queue`), in delivery slots beside the
 PDF slots (`pdfqueue_worker.deliveries`), released by fair dispatch with a per-tenant cap:
@@ -34,7 +34,7 @@ from pdfqueue.observability import metrics
 from pdfqueue.runtime.connections import Stores
 from pdfqueue.stores.fair import Dispatcher, chunks_before
 from pdfqueue.stores.queue import Job
-from pdfqueue.stores.webhooks import body, callback_of, parse, post, record_attempt
+from pdfqueue.stores.webhooks import body, callback_of, event_of, parse, post, record_attempt
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.observe import observed_job
 
@@ -42,17 +42,20 @@ log = logging.getLogger(__name__)
 MAX_TRIES = 100_000
 """arq's limit on tries of a delivery: never the one that ends it (webhook_deadline_s is)."""
 Task = Callable[..., Coroutine[Any, Any, Any]]
+ANNOUNCED = frozenset({BatchStatus.COMPLETED, BatchStatus.FAILED})
+"""The ends a webhook tells: a cancelled batch's caller cancelled it."""
 
 
 async def announce(stores: Stores, batch_id: str) -> None:
-    """Queue the completion webhook of the batch's current round (once: the id says which)."""
+    """Queue the webhook of the batch's current round's end (once: the id says which)."""
     await _announce(stores.settings, stores.redis, stores.lifecycle, batch_id)
 
 
 async def _announce(settings: Settings, redis: Redis, lifecycle: Lifecycle, batch_id: str) -> None:
     """Register the round's delivery as the tenant's pending work on the delivery queue.
 
-    The worker's lifecycle runs it on every completion it writes, a redelivered one included:
+    The worker's lifecycle runs it on every completion and failure it writes, a redelivered
+    one included:
     the round's chunk number makes the delivery once per round."""
     if not (settings.webhook_secrets or settings.webhook_urls):
         return  # no tenant can have a webhook: no job per batch either
@@ -87,15 +90,6 @@ def refills(task: Task) -> Task:
         return result
 
     return wrapper
-
-
-@observed_job("webhook", link=True)
-async def forward(ctx: dict[str, Any], *, batch_id: str, retry_round: int) -> str:
-    """A delivery queued on the PDF queue (before deliveries had a queue of their own): moved
-    to the delivery queue at once, so it never holds a PDF slot for its attempts."""
-    deps: Deps = ctx["deps"]
-    await _announce(deps.settings, deps.redis, deps.lifecycle, batch_id)
-    return f"moved round {retry_round} to the delivery queue"
 
 
 @dataclass(frozen=True)
@@ -201,8 +195,8 @@ async def _delivery(deps: Deps, batch_id: str, round_: int, attempt: int) -> Del
     url = await callback_of(deps.pool, batch_id) or deps.settings.webhook_urls.get(tenant)
     if not url:
         return "no webhook"
-    if summary.status is not BatchStatus.COMPLETED or summary.retries != round_:
-        return "not this round's completion"
+    if summary.status not in ANNOUNCED or summary.retries != round_:
+        return "not this round's end"
     secret = deps.settings.webhook_secrets.get(tenant)
     return Delivery(batch_id, round_, attempt, url, secret, summary)
 
@@ -215,6 +209,7 @@ async def _post(deps: Deps, delivery: Delivery, secret: SecretStr) -> int:
         secret.get_secret_value(),
         body(delivery.summary),
         f"{delivery.batch_id}:{delivery.round}",
+        event=event_of(delivery.summary),
         timeout_s=settings.webhook_timeout_s,
         max_response_bytes=settings.webhook_max_response_bytes,
     )

@@ -24,7 +24,7 @@ end
 redis.call('HINCRBY', KEYS[1], 'failed', -reset)
 redis.call('HINCRBY', KEYS[1], 'processed', -reset)
 redis.call('HSET', KEYS[1], 'status', 'PROCESSING', 'retries', round)
-redis.call('HDEL', KEYS[1], 'completed_at', 'error')
+redis.call('HDEL', KEYS[1], 'completed_at', 'error', 'reason')
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[1])
 return 'started'

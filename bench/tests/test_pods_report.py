@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from bench.podsreport import compare, table
-from bench.podstats import (
+from bench.pods.report import compare, table
+from bench.pods.stats import (
     PodRecord,
     Point,
     Timeline,

@@ -14,7 +14,7 @@ import httpx
 import yaml
 from redis.asyncio import Redis
 
-from bench.podstats import PodRecord, Point, Timeline, pod_facts, read_pod
+from bench.pods.stats import PodRecord, Point, Timeline, pod_facts, read_pod
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue.stores.fair import pending_jobs
 

@@ -14,8 +14,8 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.documents import MARGIN, PAGE_H, PAGE_W, STYLE, Density, _wrap, plan_pages
-from pdfqueue_dev.samples import CLEAN, Corpus, SampleFile, build_corpus, member_info
+from pdfqueue_dev.corpora.documents import MARGIN, PAGE_H, PAGE_W, STYLE, Density, _wrap, plan_pages
+from pdfqueue_dev.corpora.samples import CLEAN, Corpus, SampleFile, build_corpus, member_info
 
 SOFT_HYPHEN_SHARE = 0.15
 """Of résumés, how many carry a typed soft hyphen inside the address. ISOLatin1Encoding draws

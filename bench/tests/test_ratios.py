@@ -12,7 +12,7 @@ from bench import peer, report
 def _pair(round_: int, mine: float, peer: float, cpu: float) -> list[dict[str, Any]]:
     peer_run = {"system": "seed-node", "files": 300, "density": "typical", "goodput": peer}
     peer_run |= {"pdfs_per_s": peer, "failed": 3, "skipped_no_match": 9, "round": round_}
-    run = {"system": "pdfqueue", "files": 300, "density": "typical", "workers": 1}
+    run: dict[str, Any] = {"system": "pdfqueue", "files": 300, "density": "typical", "workers": 1}
     run |= {"extract_processes": 2, "goodput": mine, "pdfs_per_s": mine, "failed": 0}
     run |= {"cpu_ms_per_linked": cpu, "round": round_}
     run["paired_peer"] = {"goodput": peer, "pdfs_per_s": peer, "failed": 3}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cpugroup import pods_weight
+from bench.pods.cpugroup import pods_weight
 
 
 def test_on_cgroups_v1_the_weight_is_kubepods_cpu_shares(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.documents import _paragraph
-from pdfqueue_dev.samples import (
+from pdfqueue_dev.corpora.documents import _paragraph
+from pdfqueue_dev.corpora.samples import (
     CITIES,
     CLEAN,
     COMPANIES,

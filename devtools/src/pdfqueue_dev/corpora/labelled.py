@@ -19,8 +19,8 @@ from PIL import Image, ImageEnhance, ImageFilter
 from reportlab.lib.pagesizes import A4
 from reportlab.pdfgen.canvas import Canvas
 
-from pdfqueue_dev.rawpdf import assemble
-from pdfqueue_dev.samples import CITIES, COMPANIES, FIRST, FIXED_DATE, LAST, TITLES
+from pdfqueue_dev.corpora.rawpdf import assemble
+from pdfqueue_dev.corpora.samples import CITIES, COMPANIES, FIRST, FIXED_DATE, LAST, TITLES
 
 DOMAIN = "people.example"
 FILLER = (

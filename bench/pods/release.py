@@ -16,11 +16,11 @@ from typing import Any
 import asyncpg
 import yaml
 
-from bench.podswatch import Target
-from bench.procs import snapshot
+from bench.pods.watch import Target
 from pdfqueue.domain.settings import Settings
+from pdfqueue_dev.corpora.samples import Corpus, seed_users
+from pdfqueue_dev.proctree import snapshot
 from pdfqueue_dev.realnode import chart_image_values, image_refs, node_env, run
-from pdfqueue_dev.samples import Corpus, seed_users
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts/pdfqueue"
@@ -28,7 +28,7 @@ KUBE_SH = ROOT / "tools/kube.sh"
 IMAGES_SH = ROOT / "tools/images.sh"
 KIND_VALUES = ROOT / "k8s/kind-values.yaml"
 """The e2e's values: small requests, short scaling windows, an API token."""
-BENCH_VALUES = ROOT / "bench/pods-values.yaml"
+BENCH_VALUES = ROOT / "bench/pods/values.yaml"
 """Over the e2e's: the S3 pod's objects in memory, as the local side's are, and the like."""
 BIN = Path("/var/cache/pdfqueue-tools/bin")
 RELEASE = "pdfqueue"

@@ -28,13 +28,13 @@ from typing import Any
 
 from bench import mission
 from bench.corpus import CACHE
-from bench.cpugroup import weighted_like_pods
 from bench.pipeline import Bench, Deployment
-from bench.podsplot import plot
-from bench.podsrelease import Release, node_cpu_s, start_node, stop_node
-from bench.podsreport import compare, table
-from bench.podstats import pods_report
-from bench.podswatch import KubeAccess, Watcher
+from bench.pods.cpugroup import weighted_like_pods
+from bench.pods.plot import plot
+from bench.pods.release import Release, node_cpu_s, start_node, stop_node
+from bench.pods.report import compare, table
+from bench.pods.stats import pods_report
+from bench.pods.watch import KubeAccess, Watcher
 from bench.procs import noise, with_noise
 from bench.report import save, utc_stamp
 from pdfqueue.cli.client import Client
@@ -156,7 +156,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         dest="local_cgroup",
         action="store_false",
         help="leave the local processes in the root CPU group (default: one group weighted "
-        "as kubepods, see bench/cpugroup.py)",
+        "as kubepods, see bench/pods/cpugroup.py)",
     )
     p.add_argument(
         "--node-dir",
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot_round(row: dict[str, Any], path: Path, args: argparse.Namespace) -> Path:
-    from bench.podstats import Timeline
+    from bench.pods.stats import Timeline
 
     timeline = Timeline.from_json(row["pods"]["timeline"])
     title = (

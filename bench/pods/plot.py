@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.podstats import Timeline
+from bench.pods.stats import Timeline
 
 
 def plot(timeline: Timeline, path: Path, title: str) -> Path:

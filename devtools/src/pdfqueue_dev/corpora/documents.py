@@ -13,8 +13,8 @@ from reportlab.lib.pagesizes import A4
 from reportlab.pdfbase.pdfmetrics import stringWidth
 from reportlab.pdfgen.canvas import Canvas
 
-from pdfqueue_dev.rawpdf import assemble
-from pdfqueue_dev.samples import (
+from pdfqueue_dev.corpora.rawpdf import assemble
+from pdfqueue_dev.corpora.samples import (
     CITIES,
     COMPANIES,
     DEGREES,
@@ -46,17 +46,18 @@ class Density(StrEnum):
     """How much text a résumé has, and who made it: the bench's corpora."""
 
     SPARSE = "sparse"
-    """A few short lines a page (the fpdf2 résumés of `pdfqueue_dev.samples`)."""
+    """A few short lines a page (the fpdf2 résumés of `pdfqueue_dev.corpora.samples`)."""
     TYPICAL = "typical"
     """1-2 dense pages of 600-900 words, the address on page one."""
     LONG = "long"
     """3-5 dense pages; the address on page one, for some only on the last page."""
     LIBREOFFICE = "libreoffice"
     """1-3 pages, about 5,000 characters on page one, written as documents and converted by
-    LibreOffice (`bench.libreoffice`): a producer no code in this repository is."""
+    LibreOffice (`pdfqueue_dev.corpora.libreoffice`): a producer no code in this repository is."""
     GHOSTSCRIPT = "ghostscript"
     """The typical corpus's résumés as PostScript programs, written as PDF by Ghostscript's
-    `ps2pdf` (`bench.ghostscript`); some with a soft hyphen drawn inside the address."""
+    `ps2pdf` (`pdfqueue_dev.corpora.ghostscript`); some with a soft hyphen drawn inside the
+    address."""
 
 
 class Producer(StrEnum):

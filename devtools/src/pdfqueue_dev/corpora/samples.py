@@ -136,7 +136,7 @@ def _allocate(n: int, mix: Mix) -> dict[str, int]:
 
 def build_corpus(n_files: int, *, seed: int = 0, mix: Mix = Mix(), extra_users: int = 50) -> Corpus:
     """Plan a corpus: which file is which kind, and the users table. No PDF bytes yet."""
-    rng = random.Random(seed)  # noqa: S311 - reproducible sample data, not crypto
+    rng = random.Random(seed)
     kinds = [k for k, c in _allocate(n_files, mix).items() for _ in range(c)]
     rng.shuffle(kinds)
     owners = [i for i, k in enumerate(kinds) if k in ("known", "already_linked")]
@@ -243,7 +243,7 @@ def _doc(f: SampleFile, rng: random.Random) -> FPDF:
 def render_pdf(f: SampleFile, *, seed: int) -> bytes:
     """Render one file of the corpus; the same file and seed always give the same bytes."""
     index = int(f.name.removeprefix("resumes/")[:5])
-    rng = random.Random(seed + index)  # noqa: S311 - reproducible, not crypto
+    rng = random.Random(seed + index)
     pdf = _doc(f, rng)
     if f.kind == "encrypted":
         # RC4 (fpdf2's default) needs no `cryptography` and stays deterministic; AES salts urandom.

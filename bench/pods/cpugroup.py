@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.procs import descendants, snapshot
+from pdfqueue_dev.proctree import descendants, snapshot
 
 CGROUP = Path("/sys/fs/cgroup")
 
