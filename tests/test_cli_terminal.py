@@ -80,8 +80,12 @@ async def test_no_command_prints_a_traceback_into_a_closed_pipe(
         assert "Traceback" not in done.stderr, (argv, done.stderr)
         assert done.returncode == 1, (argv, done.returncode, done.stderr)
         assert "error:" in done.stderr
+    # Cancelled moments ago, the batch may still be within its jobs' settling time: erase
+    # then says it waits for them (stderr), whatever the pipe; nothing else is said.
     done = await asyncio.to_thread(into_closed_pipe, ["erase", batch_id, "--json"], env)
-    assert (done.returncode, done.stderr) == (EXIT_PIPE_CLOSED, ""), done.stderr
+    assert done.returncode == EXIT_PIPE_CLOSED, done.stderr
+    said = [line for line in done.stderr.splitlines() if line]
+    assert all(line.startswith("waiting ") for line in said), done.stderr
     done = await asyncio.to_thread(into_closed_pipe, ["files", "--help"], env)
     assert (done.returncode, done.stderr) == (0, "")  # argparse itself ignores the failed write
 
