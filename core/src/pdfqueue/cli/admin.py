@@ -13,7 +13,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pdfqueue.cli.output import add_format, show
+from pdfqueue.cli.failures import store_failure
+from pdfqueue.cli.output import add_format, error, show
 from pdfqueue.domain.errors import BatchNotFound, PdfQueueError
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue.lifecycle import Lifecycle
@@ -77,7 +78,7 @@ def _sync(
         try:
             return asyncio.run(command(args))
         except PdfQueueError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            error(store_failure(exc))
             return EXIT_ERROR
 
     return run

@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pdfqueue.cli.client import Client
-from pdfqueue.cli.output import add_format, show
+from pdfqueue.cli.failures import store_failure
+from pdfqueue.cli.output import add_format, error, show
 from pdfqueue.domain.errors import InvalidDuration, PdfQueueError
 from pdfqueue.domain.settings import Settings
 
@@ -200,5 +201,5 @@ def _with_eraser(work: Callable[[Any], Awaitable[T]]) -> T:
     try:
         return asyncio.run(run())
     except PdfQueueError as exc:
-        console.print(f"[red]error:[/red] {exc.public_detail()}", highlight=False)
+        error(store_failure(exc))
         raise SystemExit(1) from exc

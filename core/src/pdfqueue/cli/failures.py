@@ -12,6 +12,13 @@ import httpx
 from pdfqueue.cli.client import ApiError, MissingToken, NotAZip
 from pdfqueue.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED
 from pdfqueue.cli.output import error, say
+from pdfqueue.domain.errors import (
+    BatchNotFound,
+    ConfigurationError,
+    InvalidBatchId,
+    PdfQueueError,
+    TransientError,
+)
 
 TOKEN_HELP = (
     "pass --token or set PDFQUEUE_TOKEN to your tenant's token: the API's operator has it"  # noqa: S105 (words about a token, not one)
@@ -123,3 +130,15 @@ def explain(exc: ApiError, args: argparse.Namespace) -> str:
     else:
         message = f"{exc.detail} (HTTP {status})"
     return message
+
+
+def store_failure(exc: PdfQueueError) -> str:
+    """An administrator's command failed at the stores: what, and what to do next."""
+    if isinstance(exc, TransientError | ConfigurationError):
+        return (
+            f"{exc}: check PDFQUEUE_DATABASE_URL, PDFQUEUE_REDIS_URL and PDFQUEUE_STORAGE_URL"
+            " (the worker's settings) and that those stores run"
+        )
+    if isinstance(exc, BatchNotFound | InvalidBatchId):
+        return f"{exc}: `pdfqueue admin batches` lists every tenant's batches"
+    return str(exc)
