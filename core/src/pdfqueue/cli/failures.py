@@ -61,7 +61,7 @@ def _interrupted(exc: BaseException) -> str:
             "upload interrupted: the API drops what it received and creates no batch;"
             " run the same command again to upload the ZIP"
         )
-    return "interrupted: nothing more was asked of the API; run the command again to finish"
+    return "interrupted; run the command again to finish what it was doing"
 
 
 def _failure(exc: Exception, args: argparse.Namespace) -> str:

@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    parser = build_parser(only=argv[0] if argv else None)
-    try:
+    try:  # Ctrl-C while the parser imports a plug-in, or asks for nothing yet
+        parser = build_parser(only=argv[0] if argv else None)
         args = parser.parse_args(argv)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
