@@ -40,6 +40,13 @@ async def run(
     return code, out, " ".join(err.split())
 
 
+async def uploaded(capsys: pytest.CaptureFixture[str], path: Path, url: str) -> str:
+    """The id `pdfqueue upload` printed for `path`."""
+    code, out, _ = await run(capsys, "upload", str(path), url=url)
+    assert code == EXIT_OK
+    return out.strip()
+
+
 @pytest.mark.timeout(240)
 async def test_upload_wait_lists_and_reports_with_exit_codes(
     served: str,
@@ -214,12 +221,12 @@ async def test_cancel_and_retry_of_a_cancelled_batch_say_what_next(
     served: str, capsys: pytest.CaptureFixture[str], make_corpus: MakeCorpus
 ) -> None:
     _, path = await make_corpus(2, seed=14)
-    code, out, _ = await run(capsys, "upload", str(path), url=served)
-    batch_id = out.strip()
+    batch_id = await uploaded(capsys, path, served)
     code, out, err = await run(capsys, "cancel", batch_id, url=served)
     assert code == EXIT_OK
     assert f"batch {batch_id} cancelled" in err
-    code, out, err = await run(capsys, "cancel", batch_id, url=served)
+    assert "CANCELLED" in out
+    code, _, err = await run(capsys, "cancel", batch_id, url=served)
     assert code == EXIT_OK
     assert f"batch {batch_id} was cancelled already" in err
     code, _, err = await run(capsys, "retry", batch_id, url=served)
@@ -238,8 +245,7 @@ async def test_ids_are_whole_in_every_table_however_narrow(
     """Piped (capsys is no terminal) at $COLUMNS: `batches` cut the id at 80 and at 120."""
     _, made = await make_corpus(2, seed=15)
     path = made.rename(made.with_name("resumes-of-the-spring-recruiting-campaign-2026.zip"))
-    code, out, _ = await run(capsys, "upload", str(path), url=served)
-    batch_id = out.strip()
+    batch_id = await uploaded(capsys, path, served)
     monkeypatch.setenv("COLUMNS", columns)
     for argv in (["batches"], ["status", batch_id], ["files", batch_id], ["cancel", batch_id]):
         code, out, _ = await run(capsys, *argv, url=served)
@@ -290,8 +296,7 @@ async def test_every_format_spelling_gives_the_same_output(
 ) -> None:
     """`--format csv` was an unrecognized argument."""
     _, path = await make_corpus(2, seed=17)
-    _, out, _ = await run(capsys, "upload", str(path), url=served)
-    batch_id = out.strip()
+    batch_id = await uploaded(capsys, path, served)
     for fmt in ("csv", "json"):
         code, short, _ = await run(capsys, "files", batch_id, f"--{fmt}", url=served)
         assert code == EXIT_OK

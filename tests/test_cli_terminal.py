@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -16,11 +19,26 @@ from pdfqueue.domain.settings import Settings
 from tests.support.helpers import ACME_TOKEN, MakeCorpus, settings_env
 
 COMMAND = [sys.executable, "-m", "pdfqueue.cli.main"]
+LINE_WAIT_S = 60
+"""A bound on waiting for the command's next line (a loaded machine starts Python slowly)."""
 
 
 def environment(settings: Settings, url: str) -> dict[str, str]:
     """The test's stores (for the administrator's commands), its API and acme's token."""
     return settings_env(settings, PDFQUEUE_URL=url, PDFQUEUE_TOKEN=ACME_TOKEN, COLUMNS="80")
+
+
+async def uploaded(path: Path, env: dict[str, str]) -> str:
+    """The id of a batch of `path`, uploaded by the command as a person would."""
+    made = await asyncio.to_thread(
+        subprocess.run,
+        [*COMMAND, "upload", str(path)],
+        capture_output=True,
+        env=env,
+        text=True,
+        check=True,
+    )
+    return made.stdout.strip()
 
 
 def into_closed_pipe(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -48,15 +66,7 @@ async def test_no_command_prints_a_traceback_into_a_closed_pipe(
     """`pdfqueue files ID --csv | head` printed BrokenPipeError's traceback."""
     env = environment(settings, served)
     _, path = await make_corpus(2, seed=21)
-    made = await asyncio.to_thread(
-        subprocess.run,
-        [*COMMAND, "upload", str(path)],
-        capture_output=True,
-        env=env,
-        text=True,
-        check=True,
-    )
-    batch_id = made.stdout.strip()
+    batch_id = await uploaded(path, env)
     writers = [  # each subcommand once, each way of writing stdout at least once
         ["upload", str(path)],  # print
         ["status", batch_id, "--json"],  # JSON
@@ -119,15 +129,7 @@ async def test_ctrl_c_while_following_says_how_to_follow_again(
     env = environment(settings, served)
     _, path = await make_corpus(2, seed=23)
     if command == "watch":
-        made = await asyncio.to_thread(
-            subprocess.run,
-            [*COMMAND, "upload", str(path)],
-            capture_output=True,
-            env=env,
-            text=True,
-            check=True,
-        )
-        argv = ["watch", made.stdout.strip()]
+        argv = ["watch", await uploaded(path, env)]
     else:
         argv = ["upload", str(path), "--wait"]
     code, err = await asyncio.to_thread(stopped_while_following, argv, env)
@@ -138,16 +140,26 @@ async def test_ctrl_c_while_following_says_how_to_follow_again(
 
 
 def stopped_while_following(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Start the command, wait for it to say it follows the batch, send SIGINT (Ctrl-C)."""
+    """Start the command, wait for it to say it follows the batch, send SIGINT (Ctrl-C).
+    A command that never says so fails the test within LINE_WAIT_S, and is killed."""
     with subprocess.Popen(
         [*COMMAND, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True
     ) as proc:
         assert proc.stderr is not None
+        lines: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr or ()])
+        reader.start()
         seen = []
-        for line in proc.stderr:
-            seen.append(line)
-            if "following batch" in line:
-                break
+        try:
+            while not seen or "following batch" not in seen[-1]:
+                seen.append(lines.get(timeout=LINE_WAIT_S))
+        except queue.Empty:
+            pytest.fail(f"never said it follows the batch: {''.join(seen)!r}")
+        finally:
+            if not seen or "following batch" not in seen[-1]:
+                proc.kill()
         proc.send_signal(signal.SIGINT)
-        seen.append(proc.stderr.read())
-        return proc.wait(60), "".join(seen)
+        code = proc.wait(LINE_WAIT_S)
+        reader.join()
+        seen.extend(lines.queue)
+        return code, "".join(seen)
