@@ -130,6 +130,7 @@ async def test_requeue_of_a_malformed_or_unknown_id_says_so(
     code, out, err = await admin(capsys, "requeue", batch_id)
     assert code == EXIT_ERROR
     assert says in err
+    assert "`pdfqueue admin batches` lists every tenant's batches" in err  # what to do next
     assert "Traceback" not in err + out
 
 
@@ -164,6 +165,8 @@ async def test_a_command_run_by_hand_fails_at_once_when_postgresql_is_down(
     took_s = time.monotonic() - started
     out, err = capsys.readouterr()
     assert code == EXIT_ERROR
-    assert "postgresql is unavailable" in " ".join(err.split())
+    said = " ".join(err.split())
+    assert "postgresql is unavailable" in said
+    assert "check PDFQUEUE_DATABASE_URL" in said  # what to do next
     assert "Traceback" not in err + out
     assert took_s < STARTUP_WAIT_S / 4, f"{took_s:.0f} s"

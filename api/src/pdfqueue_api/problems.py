@@ -6,10 +6,12 @@ import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from pdfqueue.domain.errors import PdfQueueError, UploadAborted
+from pdfqueue_api.validation import ANSWER_SCHEMA, invalid_request
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,7 @@ ERRORS = {
     413: "Over PDFQUEUE_MAX_UPLOAD_BYTES.",
     409: "The batch is not COMPLETED, has no file to retry, or its retry is running.",
     415: "Neither application/zip nor multipart/form-data.",
-    422: "Not a ZIP archive.",
+    422: "Not a ZIP archive, or a parameter that does not fit (`errors` lists each misfit).",
     429: "A quota of the tenant is used up; Retry-After says when to try again.",
     503: "Redis, PostgreSQL or storage is unavailable; retry later.",
 }
@@ -54,4 +56,17 @@ async def problem(_request: Request, exc: PdfQueueError) -> Response:
 
 
 def add_error_handlers(app: FastAPI) -> None:
+    """Our errors, and every route's misfit parameters (one handler, one shape), as
+    /openapi.json declares them."""
     app.exception_handler(PdfQueueError)(problem)
+    app.exception_handler(RequestValidationError)(invalid_request)
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = generate().setdefault("components", {}).setdefault("schemas", {})
+            if "HTTPValidationError" in schemas:
+                schemas["HTTPValidationError"] = ANSWER_SCHEMA
+        return app.openapi_schema or generate()
+
+    app.openapi = openapi  # type: ignore[method-assign]

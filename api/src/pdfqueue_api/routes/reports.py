@@ -47,7 +47,7 @@ async def batch_files(
     batch_id: BatchId,
     tenant: Tenant,
     service: Service,
-    format: Annotated[str, Query(pattern="^(json|csv)$")] = "json",
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> Response:
     """Per-file outcomes with reasons, as JSON or `?format=csv`, streamed a page of rows at
     a time. A tenant streams PDFQUEUE_QUOTA_CONCURRENT_REPORTS reports at once from one API

@@ -13,6 +13,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from pdfqueue.cli.failures import store_failure
+from pdfqueue.cli.output import add_format, error, show
 from pdfqueue.domain.errors import BatchNotFound, PdfQueueError
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue.lifecycle import Lifecycle
@@ -54,7 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"with --stuck: no file recorded for this long (default {IDLE_MINUTES:g})",
     )
     b.add_argument("--limit", type=int, default=50, help="how many at most (default 50)")
-    b.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_format(b, "json")
     b.set_defaults(run=_sync(admin_batches))
     r = admin.add_parser(
         "requeue",
@@ -63,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         " files without an outcome again if Redis lost them; nothing when it is healthy.",
     )
     r.add_argument("batch_id", help="the batch's id")
-    r.add_argument("--json", action="store_true", help="print what was rebuilt as JSON")
+    add_format(r, "json")
     r.set_defaults(run=_sync(admin_requeue))
 
 
@@ -76,7 +78,7 @@ def _sync(
         try:
             return asyncio.run(command(args))
         except PdfQueueError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            error(store_failure(exc))
             return EXIT_ERROR
 
     return run
@@ -126,7 +128,7 @@ async def admin_batches(args: argparse.Namespace) -> int:
                 }
             )
     rows = rows[: max(args.limit, 1)]
-    if args.json:
+    if args.format == "json":
         print(json.dumps(rows))
         return EXIT_OK
     title = "stuck batches" if args.stuck else "batches of every tenant, newest first"
@@ -144,7 +146,7 @@ async def admin_batches(args: argparse.Namespace) -> int:
             _ago(r["last_recorded_at"]),
             "; ".join(r["stuck"]),
         )
-    Console().print(table, highlight=False)
+    show(table)
     return EXIT_OK
 
 
@@ -178,7 +180,7 @@ async def admin_requeue(args: argparse.Namespace) -> int:
         "processed": summary.processed,
         "total_files": summary.total_files,
     }
-    if args.json:
+    if args.format == "json":
         print(json.dumps(result))
     elif row.summary.status in TERMINAL:
         print(f"batch {batch_id} is {row.summary.status.value}: nothing to rebuild")

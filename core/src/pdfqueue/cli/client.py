@@ -18,36 +18,62 @@ ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 class ApiError(PdfQueueError):
     """The API (or whatever answered at the URL) refused a request; `str()` says it in words."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        retry_after_s: str | None = None,
+    ) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.detail = message
+        self.errors = errors or []
+        """A 422's misfit parameters, as the API lists them beside `detail`."""
+        self.retry_after_s = retry_after_s
 
 
 class NotAZip(PermanentError):
-    """The file to upload is missing or is not a ZIP: refused before anything is sent."""
+    """The file to upload is missing, unreadable or is not a ZIP: refused before anything
+    is sent."""
+
+
+class MissingToken(PermanentError):
+    """No token was given (`--token`, PDFQUEUE_TOKEN): refused before anything is sent."""
 
 
 class Client:
     def __init__(self, url: str, token: str | None, *, timeout_s: float = 30.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        """Raises MissingToken without a token: every route but health needs one, and an
+        API that runs open (PDFQUEUE_ALLOW_ANONYMOUS) takes any."""
+        if not token or not token.strip():
+            raise MissingToken("no token")
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
+        )
 
     def _check(self, response: httpx.Response) -> Any:
-        json_body = response.headers.get("content-type", "").startswith("application/json")
+        body = _json_of(response)
         if response.is_error:
-            detail = response.json().get("detail") if json_body else None
-            if not isinstance(detail, str):  # another server, or FastAPI's validation list
-                detail = _not_api(self.url) if not json_body else json.dumps(detail)
-            elif detail == "Not Found":  # no such route: the URL is not the API's root
-                detail = _not_api(self.url)
-            raise ApiError(response.status_code, detail)
+            detail = body.get("detail") if isinstance(body, dict) else None
+            if isinstance(detail, list):  # an older API's validation list: its messages
+                detail = "; ".join(str(e.get("msg", e)) for e in detail if isinstance(e, dict))
+            if not isinstance(detail, str) or detail in {"Not Found", "Method Not Allowed"}:
+                detail = _not_api(self.url)  # another server, or a URL not the API's root
+            errors = body.get("errors") if isinstance(body, dict) else None
+            raise ApiError(
+                response.status_code,
+                detail,
+                errors=errors if isinstance(errors, list) else None,
+                retry_after_s=response.headers.get("retry-after"),
+            )
         if not response.content:
             return None
-        if not json_body:
+        if body is None:
             raise ApiError(response.status_code, _not_api(self.url))
-        return response.json()
+        return body
 
     def upload(self, path: Path, progress: Callable[[int], object] | None = None) -> dict[str, Any]:
         """Stream a ZIP as a raw `application/zip` body; `progress(n)` sees each chunk sent."""
@@ -117,7 +143,11 @@ class Client:
                         fields[name] = value.removeprefix(" ")
                     continue
                 if fields.get("event") == "status":
-                    yield fields.get("id", ""), json.loads(fields["data"])
+                    try:
+                        update = json.loads(fields.get("data", ""))
+                    except ValueError as exc:  # a proxy's page, not our stream
+                        raise ApiError(response.status_code, _not_api(self.url)) from exc
+                    yield fields.get("id", ""), update
                 fields = {}
 
     def close(self) -> None:
@@ -131,15 +161,40 @@ class Client:
 
 
 def check_zip(path: Path) -> None:
-    """Refuse, before sending a byte, a path that is not a readable ZIP file."""
+    """Refuse, before sending a byte, a path that is not a readable regular ZIP file; the
+    message says what it is instead and what to do."""
+    zipped = f"zip it first (`zip -r {path.name}.zip {path}`) and upload the ZIP"
+    if path.is_dir():
+        msg = f"{path} is a directory, not a ZIP archive: {zipped}"
+        raise NotAZip(msg)
+    if not path.exists():
+        msg = f"{path}: no such file (check the path; `ls {path.parent}` lists what is there)"
+        raise NotAZip(msg)
     if not path.is_file():
-        msg = f"{path}: no such file"
+        msg = f"{path} is not a regular file (a device, a pipe or a socket): upload a ZIP file"
         raise NotAZip(msg)
-    with path.open("rb") as fh:
-        head = fh.read(4)
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        msg = f"cannot read {path}: {exc.strerror or exc} (check its permissions)"
+        raise NotAZip(msg) from exc
     if head not in ZIP_MAGIC:
-        msg = f"{path} is not a ZIP archive (it does not start with a ZIP signature)"
+        msg = (
+            f"{path} is not a ZIP archive (it does not start with a ZIP signature):"
+            f" put the PDFs in a ZIP (`zip resumes.zip *.pdf`) and upload that"
+        )
         raise NotAZip(msg)
+
+
+def _json_of(response: httpx.Response) -> Any:
+    """The answer's JSON, or None when it is not JSON (another server, a proxy's page)."""
+    if not response.headers.get("content-type", "").startswith("application/json"):
+        return None
+    try:
+        return response.json()
+    except ValueError:  # says JSON, is not
+        return None
 
 
 def _not_api(url: str) -> str:

@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pdfqueue.cli.client import Client
+from pdfqueue.cli.failures import store_failure
+from pdfqueue.cli.output import add_format, error, show
 from pdfqueue.domain.errors import InvalidDuration, PdfQueueError
 from pdfqueue.domain.settings import Settings
 
@@ -49,7 +51,7 @@ def add_commands(
     )
     p.add_argument("--tenant", help="only this tenant's batches")
     p.add_argument("--dry-run", action="store_true", help="count what would go; remove nothing")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_format(p, "json")
     p.set_defaults(run=cmd_purge)
 
     p = sub.add_parser(
@@ -66,7 +68,7 @@ def add_commands(
     p.add_argument("batch_id", nargs="?", help="the batch to erase (or --email)")
     p.add_argument("--email", help="erase this person instead (administrator)")
     p.add_argument("--dry-run", action="store_true", help="with --email: count, remove nothing")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_format(p, "json")
     client_args(p)
     p.set_defaults(run=cmd_erase)
 
@@ -78,7 +80,7 @@ def add_commands(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--since", metavar="DURATION", type=duration, default="30d", help="default 30d")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_format(p, "json")
     p.set_defaults(run=cmd_audit)
 
 
@@ -103,7 +105,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
         "audit_records_removed": report.audit_records_removed,
         "dry_run": args.dry_run,
     }
-    if args.json:
+    if args.format == "json":
         print(json.dumps(found))
         return 0
     verb = "would remove" if args.dry_run else "removed"
@@ -123,7 +125,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
         return 2
     if args.email is not None:
         removed = _with_eraser(lambda e: e.erase_person(args.email, dry_run=args.dry_run))
-        if args.json:
+        if args.format == "json":
             print(json.dumps({**asdict(removed), "dry_run": args.dry_run}))
         else:
             verb = "would remove" if args.dry_run else "removed"
@@ -138,7 +140,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
         return 2
     with Client(args.url, args.token) as client:
         answer = _erase_batch(client, args.batch_id)
-    if args.json:
+    if args.format == "json":
         print(json.dumps(answer))
     elif answer["erased"]:
         console.print(
@@ -170,7 +172,7 @@ def _erase_batch(client: Client, batch_id: str) -> dict[str, Any]:
 def cmd_audit(args: argparse.Namespace) -> int:
     since = datetime.fromtimestamp(time.time() - args.since, UTC)
     records = _with_eraser(lambda e: e.retention.audit_since(since))
-    if args.json:
+    if args.format == "json":
         print(json.dumps([{**asdict(r), "at": r.at.isoformat()} for r in records]))
         return 0
     table = Table("at", "actor", "action", "subject", "files", "objects", "bytes")
@@ -184,7 +186,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             str(r.objects),
             str(r.bytes),
         )
-    Console().print(table)
+    show(table)
     return 0
 
 
@@ -199,5 +201,5 @@ def _with_eraser(work: Callable[[Any], Awaitable[T]]) -> T:
     try:
         return asyncio.run(run())
     except PdfQueueError as exc:
-        console.print(f"[red]error:[/red] {exc.public_detail()}", highlight=False)
+        error(store_failure(exc))
         raise SystemExit(1) from exc
