@@ -18,13 +18,15 @@ def test_urls_and_token_are_never_wrapped() -> None:
     token = secrets.token_urlsafe(64)  # longer than the console is wide
     batch_id = "0123456789abcdef" * 2
     url = "http://127.0.0.1:18000"
-    print_links(narrow, url, batch_id, token)
+    metrics = ["http://127.0.0.1:40123/metrics", "http://127.0.0.1:40124/metrics"]
+    print_links(narrow, url, batch_id, token, metrics)
     lines = out.getvalue().splitlines()
     whole = [
         token,
         f"{url}/",
         f"{url}/v1/batches/{batch_id}",
         f"{url}/v1/batches/{batch_id}/files?format=csv",
+        *metrics,
     ]
     for text in whole:
         assert any(text in line for line in lines), (text, lines)

@@ -208,7 +208,7 @@ def printed_by(command: str) -> str:
     assert args.run.__name__ == "cmd_status", f"{command}: only status is understood here"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        print_summary(STATUS, as_json=args.json)
+        print_summary(STATUS, as_json=args.format == "json")
     return out.getvalue()
 
 
