@@ -26,7 +26,7 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
     "redis_memory": (),
     "pg_footprint": (),
     "extraction": (),
-    "parse": (),
+    "extractors": (),
     "hostile": (),
 }
 """Program and options, in the order they run; `hostile` also takes the pdf.js folder."""

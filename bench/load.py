@@ -32,7 +32,7 @@ from typing import Any
 import asyncpg
 from redis.asyncio import Redis as AsyncRedis
 
-from bench import stores
+from bench import store_costs
 from bench.pipeline import Bench
 from bench.procs import Sampler
 from bench.report import save, utc_stamp
@@ -263,8 +263,8 @@ def run_level(bench: Bench, settings: Settings, workers: int, args: argparse.Nam
     try:
         ready = lambda: int(r.get(ready_key) or 0) >= len(children)  # noqa: E731
         wait_until(ready, "workers ready", 120, interval_s=0.05)
-        stores.settle_stats()
-        before = stores.snapshot(r, bench.database_url)  # idle workers poll Redis only
+        store_costs.settle_stats()
+        before = store_costs.snapshot(r, bench.database_url)  # idle workers poll Redis only
         sampler = Sampler(0.5, services=bench.services)
         for i, c in enumerate(children):
             sampler.watch(f"client-{i}", _pid_of(c))
@@ -280,15 +280,15 @@ def run_level(bench: Bench, settings: Settings, workers: int, args: argparse.Nam
             raise RuntimeError(f"batch {batch_id}: {linked} PDFs linked, not every one")
         seconds = time.monotonic() - started
         sampler.stop()
-        after = {"redis": stores.redis_counters(r)}  # before the idle polls that follow
+        after = {"redis": store_costs.redis_counters(r)}  # before the idle polls that follow
     finally:
         r.set(stop_key, 1, ex=600)
         for c in children:
             c.join(timeout=60)
             if c.is_alive():
                 c.kill()
-    stores.settle_stats()
-    after["postgres"] = stores.pg_counters(bench.database_url)
+    store_costs.settle_stats()
+    after["postgres"] = store_costs.pg_counters(bench.database_url)
     pdfs = args.jobs * settings.pdfs_per_job
     return _level_report(workers, pdfs, seconds, before=before, after=after, sampler=sampler)
 
@@ -296,7 +296,7 @@ def run_level(bench: Bench, settings: Settings, workers: int, args: argparse.Nam
 def _level_report(
     workers: int, pdfs: int, seconds: float, *, before: Any, after: Any, sampler: Sampler
 ) -> dict[str, Any]:
-    d = stores.delta(before, after)
+    d = store_costs.delta(before, after)
     res = sampler.report()
     clients = sum(g["cpu_main_s"] + g["cpu_children_s"] for g in res["groups"].values())
     services: dict[str, float] = res["services_cpu_s"]
@@ -318,7 +318,7 @@ def _level_report(
             "postgres": round(1000 * services.get("postgres", 0) / pdfs, 3),
             "clients": round(1000 * clients / pdfs, 3),
         },
-        "per_pdf": stores.per_pdf(d, pdfs),
+        "per_pdf": store_costs.per_pdf(d, pdfs),
         "redis_calls_per_job": {
             k: round(v * 16 / pdfs, 2) for k, v in d["redis"]["calls"].items() if v * 16 >= pdfs
         },

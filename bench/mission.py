@@ -4,7 +4,7 @@ For each size (5,000 and 50,000 PDFs by default) a fresh API and workers (as `be
 starts them) take ONE batch: time to COMPLETED, goodput, peak RSS of the API and of each
 worker, Redis memory before, at peak, after, and once the batch's keys are gone (what their
 TTL does), status-read latency sampled while it runs, the time and API memory to stream its
-CSV report, and what the stores did per PDF (`bench.stores`). Per-PDF figures of the sizes
+CSV report, and what the stores did per PDF (`bench.store_costs`). Per-PDF figures of the sizes
 are compared at the end: none should grow with the batch.
 
     uv run python -m bench.mission [--sizes 5000,50000] [--workers 2] [--corpus sparse]
@@ -26,7 +26,7 @@ from typing import Any
 
 from redis import Redis
 
-from bench import corpus, readdressed, stores
+from bench import corpus, readdressed, store_costs
 from bench.pipeline import Bench, Deployment, _metrics, _stage_means, arq_timings
 from bench.procs import MB, Sampler, noise, with_noise
 from bench.report import save, utc_stamp
@@ -104,7 +104,7 @@ def key_lifetimes(r: Redis, batch_id: str) -> dict[str, Any]:
     """What the finished batch leaves in Redis, how big, and for how long (TTL)."""
     results = list(r.scan_iter(match=f"arq:result:*:{batch_id}*", count=5000))
     sample = results[:100]
-    mean = statistics.fmean(stores.memory_usage(r, k) for k in sample) if sample else 0.0
+    mean = statistics.fmean(store_costs.memory_usage(r, k) for k in sample) if sample else 0.0
     others = [
         k
         for k in r.scan_iter(match=f"*{batch_id}*", count=5000)
@@ -132,12 +132,12 @@ def key_lifetimes(r: Redis, batch_id: str) -> dict[str, Any]:
 
 def idle_rates(r: Redis, dsn: str, seconds: float) -> dict[str, Any]:
     """What the running, idle deployment costs the stores per second (workers polling)."""
-    stores.settle_stats()
-    before = stores.snapshot(r, dsn)
+    store_costs.settle_stats()
+    before = store_costs.snapshot(r, dsn)
     time.sleep(seconds)
-    stores.settle_stats()
-    d = stores.delta(before, stores.snapshot(r, dsn))
-    span = seconds + stores.STATS_FLUSH_S
+    store_costs.settle_stats()
+    d = store_costs.delta(before, store_costs.snapshot(r, dsn))
+    span = seconds + store_costs.STATS_FLUSH_S
     return {
         "redis_calls": round(sum(d["redis"]["calls"].values()) / span, 1),
         "redis_calls_by_command": {k: round(v / span, 1) for k, v in d["redis"]["calls"].items()},
@@ -151,27 +151,27 @@ def measure(dep: Deployment, path: Path, n: int, args: argparse.Namespace) -> di
     bench = dep.bench
     r = bench.redis()
     idle = idle_rates(r, bench.database_url, args.idle_s)
-    before = stores.snapshot(r, bench.database_url)
+    before = store_costs.snapshot(r, bench.database_url)
     metrics_before = [_metrics(p) for p in dep.metrics_ports]
     sampler = dep.sampler(0.5).start()
-    peak = stores.MemoryPeak(bench.env["PDFQUEUE_REDIS_URL"]).start()
+    peak = store_costs.MemoryPeak(bench.env["PDFQUEUE_REDIS_URL"]).start()
     try:
         run = follow(dep, sampler, path, 300 + args.timeout_per_pdf * n, args.status_every_s)
     finally:
         sampler.stop()
         peak.stop()
-    after = {"redis": stores.redis_counters(r)}  # before idle polls add to it
-    stores.settle_stats()
-    after["postgres"] = stores.pg_counters(bench.database_url)
+    after = {"redis": store_costs.redis_counters(r)}  # before idle polls add to it
+    store_costs.settle_stats()
+    after["postgres"] = store_costs.pg_counters(bench.database_url)
     stages = _stage_means(metrics_before, [_metrics(p) for p in dep.metrics_ports])
     batch_id = run["batch_id"] = bench.batches[-1]
     lifetimes = key_lifetimes(r, batch_id)
     report = stream(dep, batch_id, "csv")  # the CSV report, streamed while RSS is sampled
     jobs = arq_timings(bench, batch_id, run["epoch0"])  # deletes the batch's arq results
     r.delete(keys.batch(batch_id), keys.outcomes(batch_id))
-    gone = int(stores.info(r, "memory")["used_memory"])
+    gone = int(store_costs.info(r, "memory")["used_memory"])
     linked_db, _ = asyncio.run(corpus.linked_in_db(bench.database_url, bench.schema))
-    costs = stores.delta(before, after)
+    costs = store_costs.delta(before, after)
     return {
         "files": n,
         "idle_per_s": idle,
@@ -224,7 +224,7 @@ def derive(m: dict[str, Any]) -> dict[str, Any]:
         "report_us": round(1e6 * m["report"]["seconds"] / n, 1),
         "report_api_peak_rss_mb": m["report"]["api_peak_rss_mb"],
         "s3_requests": round(s3 / n, 3),
-        **stores.per_pdf(m["stores"], n),
+        **store_costs.per_pdf(m["stores"], n),
         "redis_cpu_usec_process_less_idle": round(
             1e6 * (m["stores"]["redis"]["cpu_s"] - idle_redis_cpu_s) / n, 1
         ),

@@ -35,7 +35,7 @@ from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import Outcome
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.fair import Dispatcher
+from pdfqueue.stores.fair_dispatch import Dispatcher
 from pdfqueue.stores.queue import Job, deserialize, serialize
 from pdfqueue.stores.state import BatchState, utcnow
 

@@ -282,7 +282,7 @@ async def test_api_uploads_get_a_pdfbatch_the_operator_only_mirrors(
     broken["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"
     dead = api_kubeconfig.with_name("dead.kubeconfig")
     dead.write_text(yaml.safe_dump(broken))
-    caplog.set_level(logging.WARNING, logger="pdfqueue_api.kube")
+    caplog.set_level(logging.WARNING, logger="pdfqueue_api.pdfbatches")
     async with api_client(create_app(k8s.model_copy(update={"kubeconfig": str(dead)}))) as api:
         assert await upload(api, path)
     assert "PdfBatch not created" in caplog.text

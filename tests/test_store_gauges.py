@@ -20,7 +20,7 @@ from pdfqueue.domain.models import BatchStatus, Decision, FileRef, Outcome
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.connections import API, Stores
-from pdfqueue.runtime.progress import StoreGauges
+from pdfqueue.runtime.store_gauges import StoreGauges
 from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.postgres import connect
 from pdfqueue.stores.schema import migrate

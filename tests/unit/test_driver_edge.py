@@ -8,7 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 from pdfqueue.domain.errors import RedisUnavailable
-from pdfqueue.stores.fair import Dispatcher
+from pdfqueue.stores.fair_dispatch import Dispatcher
 from pdfqueue.stores.state import BatchState
 from pdfqueue_dev.processes import free_port
 

@@ -317,7 +317,7 @@ async def test_a_try_whose_scans_wait_for_a_turn_runs_again_when_one_may_be_free
     """Not at once: each run reads the job's span again, only to find the turns taken."""
     from types import SimpleNamespace
 
-    from pdfqueue_worker.tasks import tries
+    from pdfqueue_worker.tasks import attempt
 
     class Redis:
         async def set(self, *args: object, **kwargs: object) -> None:
@@ -325,7 +325,7 @@ async def test_a_try_whose_scans_wait_for_a_turn_runs_again_when_one_may_be_free
 
     deps = SimpleNamespace(redis=Redis(), backoff_s=lambda job_try: 1.0)
     ctx = {"job_try": 1, "job_id": "process:b:0"}
-    waiting = tries.ScansWaiting("3 PDFs wait for an OCR turn", 30.0)
-    assert (await tries.retry_later(deps, ctx, waiting)).defer_score == 30_000  # type: ignore[arg-type]
+    waiting = attempt.ScansWaiting("3 PDFs wait for an OCR turn", 30.0)
+    assert (await attempt.retry_later(deps, ctx, waiting)).defer_score == 30_000  # type: ignore[arg-type]
     cut_short = TimeoutError("3 PDFs were not parsed in time")
-    assert (await tries.retry_later(deps, ctx, cut_short)).defer_score == 1_000  # type: ignore[arg-type]
+    assert (await attempt.retry_later(deps, ctx, cut_short)).defer_score == 1_000  # type: ignore[arg-type]

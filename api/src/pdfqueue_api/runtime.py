@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import API, Stores
-from pdfqueue.runtime.gauges import QueueGauges
-from pdfqueue.runtime.progress import StoreGauges
+from pdfqueue.runtime.queue_gauges import QueueGauges
+from pdfqueue.runtime.store_gauges import StoreGauges
 from pdfqueue.stores.queue import check_durability
 from pdfqueue_api.batch_feed import BatchFeed
-from pdfqueue_api.kube import PdfBatchPublisher
+from pdfqueue_api.pdfbatches import PdfBatchPublisher
 from pdfqueue_api.service import BatchService
 
 log = logging.getLogger(__name__)

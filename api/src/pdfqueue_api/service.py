@@ -47,7 +47,7 @@ from pdfqueue.stores.quotas import Admission, Quotas
 from pdfqueue.stores.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.zipdir import DirectoryLimits
-from pdfqueue_api.kube import PdfBatchPublisher
+from pdfqueue_api.pdfbatches import PdfBatchPublisher
 from pdfqueue_api.read_slots import TenantSlots
 from pdfqueue_api.upload import display_name, store_upload
 

@@ -48,7 +48,7 @@ from pdfqueue.domain.models import (
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.fair import drop_pending
+from pdfqueue.stores.fair_dispatch import drop_pending
 from pdfqueue.stores.files import FileStore
 from pdfqueue.stores.queue import (
     JOB_EXPIRES_MS,

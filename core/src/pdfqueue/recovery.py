@@ -38,7 +38,7 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.models import TERMINAL, BatchStatus
 from pdfqueue.lifecycle import Lifecycle, Rebuilt
 from pdfqueue.stores.batches import BatchActivity
-from pdfqueue.stores.fair import pending_of
+from pdfqueue.stores.fair_dispatch import pending_of
 from pdfqueue.stores.queue import queued_by_batch
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ lock frees itself)."""
 
 
 @dataclass(frozen=True)
-class Health:
+class BatchHealth:
     """One batch as Redis and PostgreSQL showed it, in that order."""
 
     batch_id: str
@@ -133,7 +133,7 @@ class Report:
     """Candidates whose rebuild raised (logged; the next run tries again)."""
 
 
-async def survey(lifecycle: Lifecycle, batch_ids: list[str]) -> dict[str, Health]:
+async def survey(lifecycle: Lifecycle, batch_ids: list[str]) -> dict[str, BatchHealth]:
     """Each batch's health: Redis read first, then PostgreSQL's rows (see the module), in
     three Redis round trips (one scan of the queue) and one query, however many batches."""
     if not batch_ids:
@@ -142,11 +142,11 @@ async def survey(lifecycle: Lifecycle, batch_ids: list[str]) -> dict[str, Health
     queued = await queued_by_batch(lifecycle.redis, lifecycle.queue_name)
     live = await lifecycle.live_brief(batch_ids)
     rows = await lifecycle.batches.activity(running=False, batch_ids=batch_ids)  # after Redis
-    found: dict[str, Health] = {}
+    found: dict[str, BatchHealth] = {}
     for a in rows:
         s = a.row.summary
         status, processed = live.get(s.batch_id, (None, None))
-        found[s.batch_id] = Health(
+        found[s.batch_id] = BatchHealth(
             batch_id=s.batch_id,
             tenant=a.row.tenant,
             status=s.status,

@@ -1,4 +1,4 @@
-"""`pdfqueue operator`: the kopf operator, one of its replicas elected leader (main.py)."""
+"""`pdfqueue operator`: the kopf operator, one of its replicas elected leader (process.py)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ def run(args: argparse.Namespace) -> int:
 
     from pdfqueue.domain.settings import Settings
     from pdfqueue.observability.logging import setup_logging
-    from pdfqueue_operator import main
+    from pdfqueue_operator import process
 
     setup_logging()
     importlib.import_module("pdfqueue_operator")  # registers the handlers
     settings = Settings()
     return asyncio.run(
-        main.run(settings, namespaces=args.namespace or (), standalone=args.standalone)
+        process.run(settings, namespaces=args.namespace or (), standalone=args.standalone)
     )

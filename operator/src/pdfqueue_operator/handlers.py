@@ -51,7 +51,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     # log lines. Their text is what the handlers raise: generic, see the module's docstring.
     settings.posting.loggers = True
     settings.posting.level = logging.WARNING
-    # kopf runs only in the leader (pdfqueue_operator.main), whose memo says how to tell that
+    # kopf runs only in the leader (pdfqueue_operator.process), whose memo says how to tell that
     # its term still holds; without one (kopf run -m), this process acts alone.
     memo.operator = await Operator.start(
         config,

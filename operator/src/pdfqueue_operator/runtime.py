@@ -1,6 +1,6 @@
 """The operator's long-lived clients and its loops, built at kopf startup and kept in memo.
 
-kopf itself runs only in the leader (pdfqueue_operator.main), so startup happens once per
+kopf itself runs only in the leader (pdfqueue_operator.process), so startup happens once per
 term. The loops are plain tasks, not kopf timers: a kopf timer or daemon puts a finalizer on
 every object it runs for, and a finalizer would block `kubectl delete` while the operator is
 down. They run as leader tasks (leader_tasks.py), beside those other modules register.

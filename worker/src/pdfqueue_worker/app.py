@@ -20,9 +20,9 @@ from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
 from pdfqueue.recovery import reconcile_at_start, reconcile_if_reset, reconcile_running
 from pdfqueue.runtime.connections import Stores, worker_role
-from pdfqueue.runtime.gauges import QueueGauges
-from pdfqueue.runtime.progress import StoreGauges
-from pdfqueue.stores.fair import Dispatcher, dispatch_ticker
+from pdfqueue.runtime.queue_gauges import QueueGauges
+from pdfqueue.runtime.store_gauges import StoreGauges
+from pdfqueue.stores.fair_dispatch import Dispatcher, dispatch_ticker
 from pdfqueue.stores.queue import check_durability, deserialize, serialize, worker_lost_redis
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deliveries import Deliveries

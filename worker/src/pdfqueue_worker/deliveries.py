@@ -21,7 +21,7 @@ from arq.connections import RedisSettings
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.periodic import Periodic
-from pdfqueue.stores.fair import Dispatcher, dispatch_ticker, pending_jobs
+from pdfqueue.stores.fair_dispatch import Dispatcher, dispatch_ticker, pending_jobs
 from pdfqueue.stores.queue import deserialize, serialize
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.tasks.webhook import MAX_TRIES, webhook

@@ -37,7 +37,7 @@ _Histogram = partial(Histogram, registry=None)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
 _SIZE_BUCKETS = tuple(float(4**n * 1024) for n in range(12))  # 1 KiB .. 4 GiB
 
-# --- processes running the queue poller (pdfqueue.runtime.gauges) ----------------------------
+# --- processes running the queue poller (pdfqueue.runtime.queue_gauges) -------------------------
 HEARTBEAT = _Gauge(
     "pdfqueue_heartbeat_timestamp_seconds",
     "Unix time of the last tick of this process's event loop (stale means the loop is stuck).",
@@ -72,7 +72,7 @@ REDIS_MAXMEMORY = _Gauge(
     "pdfqueue_redis_maxmemory_bytes", "Redis INFO maxmemory (0 means no limit)."
 )
 
-# --- processes polling PostgreSQL too (pdfqueue.runtime.progress) ---------------------------
+# --- processes polling PostgreSQL too (pdfqueue.runtime.store_gauges) ---------------------------
 POSTGRES_UP = _Gauge("pdfqueue_postgres_up", "1 if the last poll of PostgreSQL succeeded, else 0.")
 STORAGE_UP = _Gauge(
     "pdfqueue_storage_up",
@@ -189,8 +189,8 @@ OPERATOR_SCALING_DECISIONS = _Counter(
 
 _COMMON: tuple[Collector, ...] = (BATCHES, BATCHES_REBUILT, DATA_REMOVED)
 _GROUPS: dict[str, tuple[Collector, ...]] = {
-    # Only where a pdfqueue.runtime.gauges.QueueGauges task runs: a heartbeat nobody stamps would
-    # read as a stuck process.
+    # Only where a pdfqueue.runtime.queue_gauges.QueueGauges task runs: a heartbeat no one
+    # stamps would read as a stuck process.
     "queue": (
         HEARTBEAT,
         EVENT_LOOP_LAG,
@@ -214,7 +214,7 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
         WORKER_MAX_JOBS,
         WEBHOOK_DELIVERIES,
     ),
-    # Only where a pdfqueue.runtime.progress.StoreGauges task runs: an unset "up" would read 0.
+    # Only where a pdfqueue.runtime.store_gauges.StoreGauges task runs: an unset "up" would read 0.
     "postgres": (POSTGRES_UP, BATCH_PROGRESS_AGE),
     # Only where StoreGauges checks the object store too: an unset "up" would read 0.
     "storage": (STORAGE_UP,),
@@ -255,8 +255,8 @@ _initialize()
 def register(*components: str) -> None:
     """Export the common metrics and those of `components` ("api", "worker", "operator",
     "election" for every operator process, "queue" for a process running
-    `pdfqueue.runtime.gauges.QueueGauges`, "postgres" for one running
-    `pdfqueue.runtime.progress.StoreGauges`, "storage" for one whose StoreGauges checks the
+    `pdfqueue.runtime.queue_gauges.QueueGauges`, "postgres" for one running
+    `pdfqueue.runtime.store_gauges.StoreGauges`, "storage" for one whose StoreGauges checks the
     object store).
 
     Idempotent: tests run the API and workers in one process.

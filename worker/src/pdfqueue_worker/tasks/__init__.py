@@ -1,1 +1,1 @@
-"""The worker's arq tasks, one module each; `tries` holds what they all do around their work."""
+"""The worker's arq tasks, one module each; `attempt` holds what they all do around their work."""

@@ -12,9 +12,9 @@ from pdfqueue.domain.models import TERMINAL, BatchStatus, FileRef, failed
 from pdfqueue.stores.queue import Job
 from pdfqueue_worker.archive import list_members, plan_slices
 from pdfqueue_worker.deps import Deps
-from pdfqueue_worker.dispatch import submit
+from pdfqueue_worker.fair_dispatch import submit
 from pdfqueue_worker.observe import observed_job
-from pdfqueue_worker.tasks.tries import (
+from pdfqueue_worker.tasks.attempt import (
     ERASED,
     keeps_try_on_shutdown,
     last_try_error,

@@ -1,4 +1,4 @@
-"""`python -m bench.parse`: text-extraction candidates side by side, CPU ms per PDF per corpus."""
+"""`python -m bench.extractors`: text extraction candidates side by side, CPU ms per PDF."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def email_scan_ms(docs: list[tuple[bytes, str | None]]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.parse", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.extractors", description=__doc__)
     p.add_argument("--files", type=int, default=40, help="PDFs per corpus (40)")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)

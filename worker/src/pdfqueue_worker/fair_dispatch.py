@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from functools import wraps
 from typing import Any
 
-from pdfqueue.stores.fair import Dispatcher
+from pdfqueue.stores.fair_dispatch import Dispatcher
 from pdfqueue.stores.queue import Job, enqueue_chunked
 from pdfqueue_worker.deps import Deps
 
