@@ -45,11 +45,10 @@ from pdfqueue.stores.state import utcnow
 from pdfqueue.stores.users import UserStore
 from pdfqueue_dev.processes import wait_until
 from pdfqueue_worker.app import build_worker
-from pdfqueue_worker.archive import Member
 from pdfqueue_worker.candidates import Candidate, Source
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.parse import Extraction
-from pdfqueue_worker.payload import LOCAL_HEADER, LOCAL_SIGNATURE
+from pdfqueue_worker.payload import LOCAL_HEADER, LOCAL_SIGNATURE, Member
 
 TENANT = "load"
 PROCESSES = 4

@@ -9,18 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from pdfqueue.domain.errors import ArchiveRejected, NotAZipArchive
+from pdfqueue.domain.errors import ArchiveRejected, FileRejected, NotAZipArchive
 from pdfqueue.stores.storage import Backend
 from pdfqueue.stores.storage.local import FileBackend
 from pdfqueue_worker.archive import (
     Limits,
-    Member,
-    MemberRejected,
-    decode_members,
     list_members,
     member_span,
     plan_slices,
 )
+from pdfqueue_worker.payload import Member, Packed, cut, inflate
 from tests.support.zipcraft import Part, build, local_header
 
 LIMITS = Limits(
@@ -33,10 +31,21 @@ LIMITS = Limits(
 PDF = b"%PDF-1.4\n" + b"x" * 500 + b"\n%%EOF\n"
 
 
-def read_members(backend: Backend, key: str, members: list[Member]) -> list[bytes | MemberRejected]:
-    """What a process job does: one ranged read of the members' span, then decode each."""
+def read_members(backend: Backend, key: str, members: list[Member]) -> list[bytes | FileRejected]:
+    """What a process job does (`tasks/process.py`): one ranged read of the members' span,
+    each member cut out of it (read further when its local header is long), then inflated."""
     start, length = member_span(members)
-    return decode_members(backend, key, members, backend.read_range(key, start, length))
+    data = backend.read_range(key, start, length)
+    out: list[bytes | FileRejected] = []
+    for m in members:
+        raw, more = cut(data, start, m)
+        if more and len(data) == length:  # a short read means the object ends there
+            raw += backend.read_range(key, m.offset + len(raw), more)
+        try:
+            out.append(inflate(raw, Packed.of(m)))
+        except FileRejected as exc:
+            out.append(exc)
+    return out
 
 
 def make_zip(tmp_path: Path, members: dict[str, bytes], **kwargs: object) -> FileBackend:
@@ -159,7 +168,7 @@ def test_truncated_archive_and_corrupt_member(tmp_path: Path) -> None:
     broken[45:55] = b"\xff" * 10  # inside the deflate stream
     (tmp_path / "a.zip").write_bytes(bytes(broken))
     (caught,) = read_members(backend, "a.zip", [member])
-    assert isinstance(caught, MemberRejected)
+    assert isinstance(caught, FileRejected)
     assert caught.reason == "corrupt_member"
 
 
@@ -197,7 +206,7 @@ def test_a_run_of_members_is_read_with_one_range_and_bad_ones_fail_alone(tmp_pat
     assert [g for i, g in enumerate(got) if i != 2] == [
         d for i, d in enumerate(members.values()) if i != 2
     ]
-    assert isinstance(got[2], MemberRejected)
+    assert isinstance(got[2], FileRejected)
     assert got[2].reason == "corrupt_member"
 
 
@@ -221,7 +230,7 @@ def outcomes(tmp_path: Path, archive: bytes) -> dict[str, bytes | str]:
     pdfs = list_members(backend, "a.zip", LIMITS).pdfs
     got = read_members(backend, "a.zip", pdfs)
     return {
-        m.name: g.reason if isinstance(g, MemberRejected) else g
+        m.name: g.reason if isinstance(g, FileRejected) else g
         for m, g in zip(pdfs, got, strict=True)
     }
 

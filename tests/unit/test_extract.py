@@ -16,11 +16,11 @@ from pdfqueue_dev.corpora.documents import PRODUCERS, Density, render
 from pdfqueue_dev.corpora.rawpdf import assemble
 from pdfqueue_dev.corpora.samples import CLEAN, Expect, build_corpus, render_pdf
 from pdfqueue_dev.proctree import descendants, snapshot
-from pdfqueue_worker.archive import Limits, Member, list_members
+from pdfqueue_worker.archive import Limits, list_members
 from pdfqueue_worker.emails import find_emails
 from pdfqueue_worker.extractor import Extractor, Unreadable
 from pdfqueue_worker.parse import NO_OCR, Extraction, read_pdf, read_pdf_pypdf
-from pdfqueue_worker.payload import cut
+from pdfqueue_worker.payload import Member, cut
 
 
 @pytest.fixture(scope="module")

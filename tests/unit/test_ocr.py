@@ -14,10 +14,10 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue_dev.corpora.labelled import ScanStyle, broken_pdf, cached, fpdf_doc, layer_pdf, scan
 from pdfqueue_dev.processes import wait_until_async
 from pdfqueue_worker import ocr
-from pdfqueue_worker.archive import Member
 from pdfqueue_worker.candidates import Source, page_candidates
 from pdfqueue_worker.extractor import Extractor, Unreadable
 from pdfqueue_worker.parse import read_pdf, read_pdf_pypdf
+from pdfqueue_worker.payload import Member
 from tests.unit.test_extract import zip_items
 
 ADDRESS = "grace.hopper.7@people.example"

@@ -6,17 +6,15 @@ import bisect
 import itertools
 import posixpath
 import zipfile
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from pdfqueue.domain.errors import ArchiveRejected, FileRejected
 from pdfqueue.domain.names import safe_name, too_long, utf8_length
 from pdfqueue.stores.storage import Backend
 from pdfqueue.stores.zipdir import DirectoryLimits, Entry, read_end_record, walk_entries
-from pdfqueue_worker.payload import LOCAL_HEADER, Packed, inflate, name_digest, wanted
+from pdfqueue_worker.payload import LOCAL_HEADER, Member, name_digest
 
 _SUPPORTED_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
-_NAME_MARGIN = 1024  # local header name + extra field; read again if it is larger
 _DETAIL_NAME_BYTES = 120
 
 
@@ -35,33 +33,6 @@ class Limits:
     @property
     def directory(self) -> DirectoryLimits:
         return DirectoryLimits(self.max_members, self.max_directory_bytes)
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    """Where one member's bytes are inside the archive: enough to read it with one ranged GET."""
-
-    index: int
-    name: str
-    offset: int
-    compressed_size: int
-    size: int
-    method: int
-    crc: int
-    flag_bits: int | None = None
-    name_digest: str | None = None
-    """Of the name's bytes in the directory: its local header must hold the same."""
-    limit: int | None = None
-    """Where the next member's local header (or the directory) starts: this one's data ends
-    before it. The three are None in a job listed before they were checked."""
-
-    @property
-    def end(self) -> int:
-        """Where a read of this member may stop: its data plus room for the local header."""
-        return self.offset + LOCAL_HEADER.size + _NAME_MARGIN + self.compressed_size
-
-    def to_job(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -203,49 +174,3 @@ def member_span(members: list[Member]) -> tuple[int, int]:
     """(offset, length) of the one ranged read that covers `members`."""
     start = min(m.offset for m in members)
     return start, max(m.end for m in members) - start
-
-
-def decode_members(
-    backend: Backend, key: str, members: list[Member], data: bytes
-) -> list[bytes | MemberRejected]:
-    """Each member's bytes, or why it cannot be read, from `data` read at `member_span`."""
-    start, length = member_span(members)
-    span = _Span(backend, key, start, data, at_end=len(data) < length)
-    out: list[bytes | MemberRejected] = []
-    for m in members:
-        try:
-            out.append(_decode(span, m))
-        except MemberRejected as exc:
-            out.append(exc)
-    return out
-
-
-@dataclass(frozen=True)
-class _Span:
-    """Bytes read from `offset` on; a read running past them fetches the rest by range,
-    unless the object already ended there (a truncated archive reads short, as a file would)."""
-
-    backend: Backend
-    key: str
-    offset: int
-    data: bytes
-    at_end: bool
-
-    def read(self, offset: int, length: int) -> bytes:
-        lo = offset - self.offset
-        have = self.data[lo : lo + length]
-        if len(have) < length and not self.at_end:
-            have += self.backend.read_range(self.key, offset + len(have), length - len(have))
-        return have
-
-
-def _decode(span: _Span, m: Member) -> bytes:
-    """The uncompressed bytes of one member, checked against its local header, size and CRC
-    as a process job checks them (`pdfqueue_worker.payload`)."""
-    packed = Packed.of(m)
-    raw = span.read(m.offset, LOCAL_HEADER.size)
-    raw = span.read(m.offset, wanted(raw, packed))
-    try:
-        return inflate(raw, packed)
-    except FileRejected as exc:
-        raise MemberRejected(exc.reason, str(exc)) from exc

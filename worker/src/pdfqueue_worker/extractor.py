@@ -34,7 +34,7 @@ from pdfqueue_worker.payload import Packed
 
 if TYPE_CHECKING:
     from pdfqueue.domain.settings import Settings
-    from pdfqueue_worker.archive import Member
+    from pdfqueue_worker.payload import Member
 
 GROUP_BUDGET_S = 0.25
 """A group task (`read_members`) takes no new PDF after this long: a few dense pages each

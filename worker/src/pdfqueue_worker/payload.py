@@ -1,8 +1,8 @@
-"""A member's compressed bytes, cut from a job's ranged read, and their inflation anywhere.
+"""One ZIP member: where its bytes are, cut from a job's ranged read, and their inflation.
 
 Parsing processes import this (the forkserver preloads it): it must stay light, so it uses
 the standard library and `pdfqueue.domain` (no driver) only, and never imports `archive`
-(which pulls in the S3 client).
+(the listing, which pulls in the S3 client); `archive` imports it.
 
 The central directory and the local header are two descriptions of one member: every field
 both hold must agree (name bytes, method, the flags that change how the bytes are read, CRC
@@ -17,15 +17,12 @@ import hashlib
 import struct
 import zipfile
 import zlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from pdfqueue.domain.errors import FileRejected, NotAZipArchive
 from pdfqueue.domain.names import safe_name
 from pdfqueue.domain.zip64 import apply_zip64
-
-if TYPE_CHECKING:
-    from pdfqueue_worker.archive import Member
 
 # A ZIP local file header (APPNOTE 4.3.7), as zipfile reads it but does not export:
 # signature, versions, flags, method, time, date, CRC, sizes, name and extra field lengths.
@@ -37,6 +34,34 @@ _READ_FLAGS = 0x2869
 """Flag bits that change how a member's bytes are read: encrypted (0), data descriptor (3),
 patched data (5), strong encryption (6), UTF-8 name (11), masked header values (13)."""
 _U32_MAX = 0xFFFF_FFFF
+_NAME_MARGIN = 1024  # local header name + extra field; read again if it is larger
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """Where one member's bytes are inside the archive: enough to read it with one ranged GET."""
+
+    index: int
+    name: str
+    offset: int
+    compressed_size: int
+    size: int
+    method: int
+    crc: int
+    flag_bits: int | None = None
+    name_digest: str | None = None
+    """Of the name's bytes in the directory: its local header must hold the same."""
+    limit: int | None = None
+    """Where the next member's local header (or the directory) starts: this one's data ends
+    before it. The three are None in a job listed before they were checked."""
+
+    @property
+    def end(self) -> int:
+        """Where a read of this member may stop: its data plus room for the local header."""
+        return self.offset + LOCAL_HEADER.size + _NAME_MARGIN + self.compressed_size
+
+    def to_job(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class Uninflatable(FileRejected):

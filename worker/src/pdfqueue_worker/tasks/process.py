@@ -22,14 +22,14 @@ from pdfqueue.domain.models import (
 )
 from pdfqueue.observability import metrics
 from pdfqueue.stores.users import UserRow
-from pdfqueue_worker.archive import Member, member_span
+from pdfqueue_worker.archive import member_span
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extractor import Deferred, Unreadable
 from pdfqueue_worker.fair_dispatch import refills
 from pdfqueue_worker.matching import choose, wanted
 from pdfqueue_worker.observe import observed_job, stage
 from pdfqueue_worker.parse import Extraction
-from pdfqueue_worker.payload import Packed, cut, inflate
+from pdfqueue_worker.payload import Member, Packed, cut, inflate
 from pdfqueue_worker.tasks.attempt import (
     ERASED,
     ScansWaiting,

@@ -11,10 +11,11 @@ from pdfqueue.domain.errors import PermanentError
 from pdfqueue.domain.models import TERMINAL, FileRef, failed
 from pdfqueue.stores.fair_dispatch import chunks_before
 from pdfqueue.stores.queue import Job, forget_results
-from pdfqueue_worker.archive import Listing, Member, list_members, plan_slices
+from pdfqueue_worker.archive import Listing, list_members, plan_slices
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.fair_dispatch import submit
 from pdfqueue_worker.observe import observed_job
+from pdfqueue_worker.payload import Member
 from pdfqueue_worker.tasks.attempt import (
     ERASED,
     keeps_try_on_shutdown,
