@@ -31,7 +31,7 @@ from tests.support.faults import ROOT, Run, Services
 fault_services = faults.fault_services  # the fixtures, by name
 run_factory = faults.run_factory
 pytestmark = pytest.mark.timeout(300)
-STORES = {"s3": "storage", "postgres": "postgresql"}
+STORES = {"s3": "S3", "postgres": "postgresql"}
 """The service stopped -> the word the command's error must name it by."""
 
 # The real command, stopping before its Nth deletion until the test says go on.
