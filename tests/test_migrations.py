@@ -17,8 +17,14 @@ from pdfqueue.domain.errors import DatabaseRejected, DatabaseUnavailable, Schema
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime import connections as runtime
 from pdfqueue.runtime.connections import OPERATOR, Role, Stores, worker_role
-from pdfqueue.stores import schema
-from pdfqueue.stores.schema import MIGRATIONS_LOCK, Migration, bundled, code_version, migrate
+from pdfqueue.stores.postgres import schema
+from pdfqueue.stores.postgres.schema import (
+    MIGRATIONS_LOCK,
+    Migration,
+    bundled,
+    code_version,
+    migrate,
+)
 
 LATEST = code_version()
 LISTING = 4  # 0004 builds the listing indexes, CONCURRENTLY

@@ -40,13 +40,14 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import BatchErasure, Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import tracing
-from pdfqueue.stores import postgres, webhooks
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.files import FileStore
-from pdfqueue.stores.quotas import Admission, Quotas
-from pdfqueue.stores.retention import RetentionStore
+from pdfqueue.stores import webhooks
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.files import FileStore
+from pdfqueue.stores.postgres.pool import ping
+from pdfqueue.stores.postgres.retention import RetentionStore
+from pdfqueue.stores.redis.quotas import Admission, Quotas
 from pdfqueue.stores.storage import Storage
-from pdfqueue.stores.zipdir import DirectoryLimits
+from pdfqueue.stores.storage.zipdir import DirectoryLimits
 from pdfqueue_api.pdfbatches import PdfBatchPublisher
 from pdfqueue_api.read_slots import TenantSlots
 from pdfqueue_api.upload import display_name, store_upload
@@ -120,7 +121,7 @@ class BatchService:
     async def ping(self) -> None:
         """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down."""
         await _guard("redis", self.lifecycle.ping())
-        await _guard("postgresql", postgres.ping(self.pool))
+        await _guard("postgresql", ping(self.pool))
 
     async def create(
         self,
