@@ -19,6 +19,7 @@ import asyncpg
 from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
+from pdfqueue import webhooks
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import (
     BatchNotRetryable,
@@ -40,7 +41,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import BatchErasure, Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import tracing
-from pdfqueue.stores import webhooks
+from pdfqueue.stores.postgres import callbacks
 from pdfqueue.stores.postgres.batches import BatchStore
 from pdfqueue.stores.postgres.files import FileStore
 from pdfqueue.stores.postgres.pool import ping
@@ -140,7 +141,7 @@ class BatchService:
         batch_id = batch_id or uuid.uuid4().hex
         tracing.annotate(batch_id=batch_id)
         if callback:  # kept first, so the batch can never complete without it
-            await _guard("postgresql", webhooks.remember(self.pool, batch_id, callback))
+            await _guard("postgresql", callbacks.remember(self.pool, batch_id, callback))
         key = keys.upload(batch_id)
         try:
             await store_upload(
@@ -168,7 +169,7 @@ class BatchService:
         return batch_id
 
     async def _undo(self, batch_id: str, key: str) -> None:
-        for step in (self.storage.delete(key), webhooks.forget(self.pool, batch_id)):
+        for step in (self.storage.delete(key), callbacks.forget(self.pool, batch_id)):
             try:  # best effort: the service that failed may still be down
                 await asyncio.wait_for(step, DEPENDENCY_TIMEOUT_S)
             except Exception as exc:
