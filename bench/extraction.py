@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
-from pdfqueue.stores.users import UserRow
+from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_dev.corpora.labelled import Labelled, User, cached
 from pdfqueue_worker.matching import Verdict, choose
 from pdfqueue_worker.parse import Extraction, Ocr, read_pdf

@@ -39,10 +39,10 @@ from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.postgres import UsersTable, connect
-from pdfqueue.stores.queue import Job, enqueue_chunked
-from pdfqueue.stores.state import utcnow
-from pdfqueue.stores.users import UserStore
+from pdfqueue.stores.postgres.pool import UsersTable, connect
+from pdfqueue.stores.postgres.users import UserStore
+from pdfqueue.stores.redis.queue import Job, enqueue_chunked
+from pdfqueue.stores.redis.state import utcnow
 from pdfqueue_dev.processes import wait_until
 from pdfqueue_worker.app import build_worker
 from pdfqueue_worker.candidates import Candidate, Source

@@ -29,10 +29,10 @@ from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import Claim, Decision, FileRef, Outcome
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.files import FileStore
-from pdfqueue.stores.postgres import UsersTable, connect
-from pdfqueue.stores.schema import migrate
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.files import FileStore
+from pdfqueue.stores.postgres.pool import UsersTable, connect
+from pdfqueue.stores.postgres.schema import migrate
 
 PDFS_PER_HOUR = 1_000_000
 PARALLEL_JOBS = 4

@@ -26,7 +26,7 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.provision import provision
-from pdfqueue.stores.postgres import connect
+from pdfqueue.stores.postgres.pool import connect
 from pdfqueue_dev.corpora.documents import Density
 from pdfqueue_dev.processes import Child, free_port, free_ports, stop_all, wait_http, wait_until
 

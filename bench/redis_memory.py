@@ -35,9 +35,9 @@ from bench.report import save, utc_stamp
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import Outcome
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.fair_dispatch import Dispatcher
-from pdfqueue.stores.queue import Job, deserialize, serialize
-from pdfqueue.stores.state import BatchState, utcnow
+from pdfqueue.stores.redis.fair_dispatch import Dispatcher
+from pdfqueue.stores.redis.queue import Job, deserialize, serialize
+from pdfqueue.stores.redis.state import BatchState, utcnow
 
 TENANTS = 4
 OUTCOMES = (Outcome.LINKED,) * 8 + (Outcome.SKIPPED_NO_MATCH, Outcome.FAILED)

@@ -42,7 +42,7 @@ from bench import corpus
 from bench.pipeline import Bench, Deployment, arq_timings
 from bench.report import save, utc_stamp
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
-from pdfqueue.stores.users import UserRow
+from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_dev.corpora.documents import Density, render
 from pdfqueue_dev.corpora.labelled import SCAN_STYLES, ScanStyle, cached, scan
 from pdfqueue_dev.corpora.samples import CLEAN, Corpus, build_corpus, member_info

@@ -16,8 +16,8 @@ import pytest
 from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.postgres import connect
-from pdfqueue.stores.schema import migrate
+from pdfqueue.stores.postgres.pool import connect
+from pdfqueue.stores.postgres.schema import migrate
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.corpora.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 from tests.support.helpers import ACME_TOKEN, GLOBEX_TOKEN, MakeCorpus, RunWorker

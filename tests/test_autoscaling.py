@@ -15,8 +15,8 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.fair_dispatch import Dispatcher
-from pdfqueue.stores.queue import Job
+from pdfqueue.stores.redis.fair_dispatch import Dispatcher
+from pdfqueue.stores.redis.queue import Job
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.helpers import MakeCorpus

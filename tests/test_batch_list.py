@@ -13,7 +13,7 @@ import pytest
 
 from pdfqueue.domain.models import FileQuery
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.files import _FILE_ORDER, _file_filters
+from pdfqueue.stores.postgres.files import _FILE_ORDER, _file_filters
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker
 
 SOLO_TOKEN = "solo-test-token-00112233445566778899aabbccdd"

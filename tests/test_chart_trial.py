@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.postgres import UsersTable, connect
-from pdfqueue.stores.users import UserStore
+from pdfqueue.stores.postgres.pool import UsersTable, connect
+from pdfqueue.stores.postgres.users import UserStore
 from pdfqueue_dev.corpora.samples import Mix, build_corpus, write_zip
 from tests.support.chartfix import CHART, HELM, Rendered, helm, template, values_file
 from tests.support.helpers import RunWorker, linked_user_ids, upload

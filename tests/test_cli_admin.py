@@ -16,8 +16,8 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.runtime.connections import STARTUP_WAIT_S, lifecycle_over
-from pdfqueue.stores.postgres import connect
-from pdfqueue.stores.queue import remove
+from pdfqueue.stores.postgres.pool import connect
+from pdfqueue.stores.redis.queue import remove
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import free_port
 from tests.support.helpers import MakeCorpus, RunWorker

@@ -26,8 +26,8 @@ from redis.asyncio import Redis
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser, parse_duration
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.postgres import connect
-from pdfqueue.stores.retention import ERASED_NAME, RetentionStore
+from pdfqueue.stores.postgres.pool import connect
+from pdfqueue.stores.postgres.retention import ERASED_NAME, RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.corpora.samples import CLEAN, Corpus, build_corpus, seed_users, write_zip
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, settings_env, upload

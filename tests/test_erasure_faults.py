@@ -23,7 +23,7 @@ import pytest
 from redis.asyncio import Redis
 
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.postgres import connect
+from pdfqueue.stores.postgres.pool import connect
 from pdfqueue.stores.storage import Storage
 from tests.support import faults
 from tests.support.faults import ROOT, Run, Services

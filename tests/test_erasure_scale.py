@@ -26,10 +26,10 @@ from pdfqueue.domain.models import Decision, FileRef, Outcome
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import CHUNK_ROWS, Eraser
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.files import FileStore
-from pdfqueue.stores.postgres import UsersTable, connect
-from pdfqueue.stores.retention import _EXCLUSIVE, RetentionStore
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.files import FileStore
+from pdfqueue.stores.postgres.pool import UsersTable, connect
+from pdfqueue.stores.postgres.retention import _EXCLUSIVE, RetentionStore
 from pdfqueue.stores.storage import Storage
 
 ROWS = 100_000

@@ -16,8 +16,8 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import Outcome
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.queue import Job, enqueue
-from pdfqueue.stores.state import BatchState, Recorded, Recording, utcnow
+from pdfqueue.stores.redis.queue import Job, enqueue
+from pdfqueue.stores.redis.state import BatchState, Recorded, Recording, utcnow
 from pdfqueue_dev.corpora.samples import CLEAN
 from tests.support.helpers import ACME, MakeCorpus, RunWorker, upload
 
@@ -176,7 +176,7 @@ async def test_two_workers_racing_on_the_same_pdf_link_it_once(
     """Both deliveries of one job run at once (a stalled worker and its replacement)."""
     from arq.constants import job_key_prefix as jobs
 
-    from pdfqueue.stores.queue import deserialize
+    from pdfqueue.stores.redis.queue import deserialize
     from pdfqueue_worker.app import shutdown, startup
     from pdfqueue_worker.tasks.process import process
 

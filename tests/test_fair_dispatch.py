@@ -17,8 +17,8 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.fair_dispatch import Dispatcher, drop_pending, pending_jobs
-from pdfqueue.stores.queue import Job
+from pdfqueue.stores.redis.fair_dispatch import Dispatcher, drop_pending, pending_jobs
+from pdfqueue.stores.redis.queue import Job
 from pdfqueue_dev.corpora.samples import Mix, build_corpus, render_pdf, seed_users
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.helpers import GLOBEX, RunWorker, upload

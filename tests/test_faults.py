@@ -149,7 +149,7 @@ async def start_round(run: Run) -> None:
     from redis.asyncio import Redis
 
     from pdfqueue.runtime.connections import lifecycle_over
-    from pdfqueue.stores.postgres import connect
+    from pdfqueue.stores.postgres.pool import connect
 
     s = run.settings
     pool = await connect(s.database_url, max_size=2)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
-from pdfqueue.stores.users import UserRow
+from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_dev.corpora.labelled import SCAN_STYLES, Labelled, User, cached
 from pdfqueue_worker.extractor import Extractor
 from pdfqueue_worker.matching import Verdict, choose

@@ -17,8 +17,14 @@ from pdfqueue.domain.errors import DatabaseRejected, DatabaseUnavailable, Schema
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime import connections as runtime
 from pdfqueue.runtime.connections import OPERATOR, Role, Stores, worker_role
-from pdfqueue.stores import schema
-from pdfqueue.stores.schema import MIGRATIONS_LOCK, Migration, bundled, code_version, migrate
+from pdfqueue.stores.postgres import schema
+from pdfqueue.stores.postgres.schema import (
+    MIGRATIONS_LOCK,
+    Migration,
+    bundled,
+    code_version,
+    migrate,
+)
 
 LATEST = code_version()
 LISTING = 4  # 0004 builds the listing indexes, CONCURRENTLY
@@ -315,7 +321,7 @@ def test_0004_is_marked_and_concurrent() -> None:
     creates = [s for s in listing.statements() if s.startswith("CREATE")]
     assert len(creates) == 3
     assert all("CONCURRENTLY IF NOT EXISTS" in s for s in creates)
-    assert resources.files("pdfqueue.stores").joinpath("migrations", listing.name).is_file()
+    assert resources.files("pdfqueue.stores.postgres").joinpath("migrations", listing.name).is_file()
 
 
 async def test_the_api_is_not_ready_on_an_old_schema_and_is_once_migrated(

@@ -17,8 +17,8 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.postgres import connect
-from pdfqueue.stores.retention import RetentionStore
+from pdfqueue.stores.postgres.pool import connect
+from pdfqueue.stores.postgres.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.helpers import ACME, MakeCorpus, RunWorker, upload

@@ -29,8 +29,8 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import Eraser
 from pdfqueue.observability.logging import log_handler
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.postgres import connect
-from pdfqueue.stores.retention import RetentionStore
+from pdfqueue.stores.postgres.pool import connect
+from pdfqueue.stores.postgres.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.corpora.samples import Corpus, Mix, build_corpus, seed_users, write_zip
 from tests.support.helpers import RunWorker

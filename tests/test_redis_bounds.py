@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.queue import JOB_EXPIRES_MS
+from pdfqueue.stores.redis.queue import JOB_EXPIRES_MS
 from tests.support.helpers import MakeCorpus, RunWorker, upload
 
 

@@ -24,8 +24,8 @@ from pdfqueue.domain.models import Claim, FileRef, Outcome
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.recovery import reconcile_batch, reconcile_if_reset, reconcile_running
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.postgres import connect
-from pdfqueue.stores.queue import queued_with_prefix, remove
+from pdfqueue.stores.postgres.pool import connect
+from pdfqueue.stores.redis.queue import queued_with_prefix, remove
 from pdfqueue_dev.processes import wait_until_async
 from tests.support import faults
 from tests.support.faults import (

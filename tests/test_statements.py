@@ -8,9 +8,9 @@ import asyncpg
 
 from pdfqueue.domain.models import Claim, Decision, FileRef, Outcome
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.files import FileStore
-from pdfqueue.stores.postgres import UsersTable, connect
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.files import FileStore
+from pdfqueue.stores.postgres.pool import UsersTable, connect
 from pdfqueue_dev.corpora.samples import SampleUser, seed_users
 
 BATCH_FILES = 3000

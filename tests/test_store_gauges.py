@@ -21,9 +21,9 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.connections import API, Stores
 from pdfqueue.runtime.store_gauges import StoreGauges
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.postgres import connect
-from pdfqueue.stores.schema import migrate
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.pool import connect
+from pdfqueue.stores.postgres.schema import migrate
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.storage.local import FileBackend
 from pdfqueue_dev.processes import wait_until_async

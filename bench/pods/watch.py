@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from bench.pods.stats import PodRecord, Point, Timeline, pod_facts, read_pod
 from pdfqueue.domain.models import TERMINAL
-from pdfqueue.stores.fair_dispatch import pending_jobs
+from pdfqueue.stores.redis.fair_dispatch import pending_jobs
 
 
 @dataclass(frozen=True)

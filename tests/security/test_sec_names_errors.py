@@ -28,10 +28,10 @@ from pdfqueue.domain.errors import (
 from pdfqueue.domain.models import Decision, FileRef, Outcome, failed
 from pdfqueue.domain.names import MAX_MEMBER_NAME_BYTES, REPLACEMENT
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.files import FileStore
-from pdfqueue.stores.postgres import UsersTable, connect
-from pdfqueue.stores.state import BatchState
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.files import FileStore
+from pdfqueue.stores.postgres.pool import UsersTable, connect
+from pdfqueue.stores.redis.state import BatchState
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.corpora.samples import CLEAN, render_pdf
 from tests.support.helpers import MakeCorpus, RunWorker, upload

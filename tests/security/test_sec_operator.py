@@ -22,7 +22,7 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.errors import BatchConflict, InvalidBatchId, SourceOutsideBucket, UnsafeSource
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.postgres import connect
+from pdfqueue.stores.postgres.pool import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload

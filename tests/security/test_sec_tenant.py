@@ -20,8 +20,8 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import BatchStatus
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.queue import Job, deserialize, enqueue, remove
-from pdfqueue.stores.state import BatchState
+from pdfqueue.stores.redis.queue import Job, deserialize, enqueue, remove
+from pdfqueue.stores.redis.state import BatchState
 from pdfqueue_dev.corpora.samples import CLEAN, build_corpus, write_zip
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload
 from tests.support.tenants import TenantApi, app_client

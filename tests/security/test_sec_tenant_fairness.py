@@ -19,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.webhooks import parse, post
+from pdfqueue.webhooks import parse, post
 from pdfqueue_dev.corpora.samples import Mix
 from pdfqueue_dev.processes import free_port, wait_until_async
 from tests.support.helpers import GLOBEX, MakeCorpus, RunWorker, upload

@@ -18,9 +18,9 @@ from redis.asyncio import Redis
 from pdfqueue.domain.errors import DirectoryTooLarge
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.postgres import connect
+from pdfqueue.stores.postgres.pool import connect
 from pdfqueue.stores.storage import Storage
-from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
+from pdfqueue.stores.storage.zipdir import DirectoryLimits, count_entries
 from pdfqueue_dev.corpora.samples import CLEAN, render_pdf, seed_users
 from tests.support.helpers import MakeCorpus, RunWorker
 from tests.support.zipcraft import Part, build, local_header

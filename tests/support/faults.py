@@ -18,7 +18,7 @@ import pytest
 from pdfqueue.domain.models import COUNTERS
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import lifecycle_over
-from pdfqueue.stores.postgres import connect
+from pdfqueue.stores.postgres.pool import connect
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.corpora.samples import Corpus, Expect, Mix, build_corpus, seed_users, write_zip
 from pdfqueue_dev.processes import Child, free_ports, wait_until_async
@@ -155,7 +155,7 @@ async def run_factory(
     fault_services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Callable[..., Awaitable[Run]]]:
     """`make(n, seed, **prepare's options)`: a prepared Run on the private services."""
-    from pdfqueue.stores.schema import migrate
+    from pdfqueue.stores.postgres.schema import migrate
 
     env = fault_services.env()
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):

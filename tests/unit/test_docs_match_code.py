@@ -34,8 +34,8 @@ GENERATED_CLI_PAGE = ROOT / "docs/user-guide/cli-reference.md"
 VALUES = ROOT / "charts/pdfqueue/values.yaml"
 RULES = ROOT / "charts/pdfqueue/alerts/pdfqueue.rules.yaml"
 SCHEMA = [
-    ROOT / "core/src/pdfqueue/stores/schema.py",
-    *sorted((ROOT / "core/src/pdfqueue/stores/migrations").glob("*.sql")),
+    ROOT / "core/src/pdfqueue/stores/postgres/schema.py",
+    *sorted((ROOT / "core/src/pdfqueue/stores/postgres/migrations").glob("*.sql")),
 ]
 """Where the PostgreSQL tables and indexes are created."""
 

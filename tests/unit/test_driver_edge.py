@@ -8,8 +8,8 @@ import pytest
 from redis.asyncio import Redis
 
 from pdfqueue.domain.errors import RedisUnavailable
-from pdfqueue.stores.fair_dispatch import Dispatcher
-from pdfqueue.stores.state import BatchState
+from pdfqueue.stores.redis.fair_dispatch import Dispatcher
+from pdfqueue.stores.redis.state import BatchState
 from pdfqueue_dev.processes import free_port
 
 BATCH = "0" * 32

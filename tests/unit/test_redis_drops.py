@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from pdfqueue.domain.errors import RedisUnavailable
 from pdfqueue.domain.models import BatchStatus, BatchSummary
 from pdfqueue.stores.driver_errors import redis_connection_lost
-from pdfqueue.stores.state import BatchState
+from pdfqueue.stores.redis.state import BatchState
 from pdfqueue_worker import app
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdfqueue.stores.users import UserRow
+from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_worker.candidates import Source, dehyphenated, page_candidates
 from pdfqueue_worker.matching import Verdict, choose
 

@@ -10,7 +10,7 @@ import pytest
 
 from pdfqueue.domain.errors import DirectoryTooLarge, NotAZipArchive
 from pdfqueue.stores.storage.local import FileBackend
-from pdfqueue.stores.zipdir import (
+from pdfqueue.stores.storage.zipdir import (
     READ_CHUNK_BYTES,
     DirectoryLimits,
     count_entries,

@@ -10,7 +10,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.connections import API, Stores
 from pdfqueue.runtime.queue_gauges import QueueGauges
 from pdfqueue.runtime.store_gauges import StoreGauges
-from pdfqueue.stores.queue import check_durability
+from pdfqueue.stores.redis.queue import check_durability
 from pdfqueue_api.batch_feed import BatchFeed
 from pdfqueue_api.pdfbatches import PdfBatchPublisher
 from pdfqueue_api.service import BatchService

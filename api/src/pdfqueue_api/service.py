@@ -19,6 +19,7 @@ import asyncpg
 from redis.asyncio import Redis
 from starlette.requests import ClientDisconnect
 
+from pdfqueue import webhooks
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import (
     BatchNotRetryable,
@@ -40,13 +41,14 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.erasure import BatchErasure, Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import tracing
-from pdfqueue.stores import postgres, webhooks
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.files import FileStore
-from pdfqueue.stores.quotas import Admission, Quotas
-from pdfqueue.stores.retention import RetentionStore
+from pdfqueue.stores.postgres import callbacks
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.files import FileStore
+from pdfqueue.stores.postgres.pool import ping
+from pdfqueue.stores.postgres.retention import RetentionStore
+from pdfqueue.stores.redis.quotas import Admission, Quotas
 from pdfqueue.stores.storage import Storage
-from pdfqueue.stores.zipdir import DirectoryLimits
+from pdfqueue.stores.storage.zipdir import DirectoryLimits
 from pdfqueue_api.pdfbatches import PdfBatchPublisher
 from pdfqueue_api.read_slots import TenantSlots
 from pdfqueue_api.upload import display_name, store_upload
@@ -120,7 +122,7 @@ class BatchService:
     async def ping(self) -> None:
         """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down."""
         await _guard("redis", self.lifecycle.ping())
-        await _guard("postgresql", postgres.ping(self.pool))
+        await _guard("postgresql", ping(self.pool))
 
     async def create(
         self,
@@ -139,7 +141,7 @@ class BatchService:
         batch_id = batch_id or uuid.uuid4().hex
         tracing.annotate(batch_id=batch_id)
         if callback:  # kept first, so the batch can never complete without it
-            await _guard("postgresql", webhooks.remember(self.pool, batch_id, callback))
+            await _guard("postgresql", callbacks.remember(self.pool, batch_id, callback))
         key = keys.upload(batch_id)
         try:
             await store_upload(
@@ -167,7 +169,7 @@ class BatchService:
         return batch_id
 
     async def _undo(self, batch_id: str, key: str) -> None:
-        for step in (self.storage.delete(key), webhooks.forget(self.pool, batch_id)):
+        for step in (self.storage.delete(key), callbacks.forget(self.pool, batch_id)):
             try:  # best effort: the service that failed may still be down
                 await asyncio.wait_for(step, DEPENDENCY_TIMEOUT_S)
             except Exception as exc:

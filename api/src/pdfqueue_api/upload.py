@@ -18,7 +18,7 @@ from python_multipart.multipart import MultipartParser, MultipartState, parse_op
 from pdfqueue.domain.errors import ArchiveTooLarge, BodyTooSlow, MalformedRequest, NotAZipArchive
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.storage import Storage
-from pdfqueue.stores.zipdir import DirectoryLimits, count_entries
+from pdfqueue.stores.storage.zipdir import DirectoryLimits, count_entries
 
 log = logging.getLogger(__name__)
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a first member, or an empty archive

@@ -35,7 +35,7 @@ from pdfqueue.domain.models import TERMINAL, BatchStatus
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import metrics
-from pdfqueue.stores.retention import AuditRecord, EndedBatch, RetentionStore, StoredPdf
+from pdfqueue.stores.postgres.retention import AuditRecord, EndedBatch, RetentionStore, StoredPdf
 from pdfqueue.stores.storage import Storage
 
 log = logging.getLogger(__name__)

@@ -47,10 +47,10 @@ from pdfqueue.domain.models import (
 )
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.fair_dispatch import drop_pending
-from pdfqueue.stores.files import FileStore
-from pdfqueue.stores.queue import (
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.files import FileStore
+from pdfqueue.stores.redis.fair_dispatch import drop_pending
+from pdfqueue.stores.redis.queue import (
     JOB_EXPIRES_MS,
     Job,
     enqueue,
@@ -59,7 +59,7 @@ from pdfqueue.stores.queue import (
     queued_with_prefix,
     remove,
 )
-from pdfqueue.stores.state import BatchState, Recorded
+from pdfqueue.stores.redis.state import BatchState, Recorded
 
 log = logging.getLogger(__name__)
 

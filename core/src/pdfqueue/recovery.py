@@ -37,9 +37,9 @@ from datetime import UTC, datetime, timedelta
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import TERMINAL, BatchStatus
 from pdfqueue.lifecycle import Lifecycle, Rebuilt
-from pdfqueue.stores.batches import BatchActivity
-from pdfqueue.stores.fair_dispatch import pending_of
-from pdfqueue.stores.queue import queued_by_batch
+from pdfqueue.stores.postgres.batches import BatchActivity
+from pdfqueue.stores.redis.fair_dispatch import pending_of
+from pdfqueue.stores.redis.queue import queued_by_batch
 
 log = logging.getLogger(__name__)
 GRACE_S = 10.0

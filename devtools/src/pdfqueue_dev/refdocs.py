@@ -26,7 +26,7 @@ from pdfqueue.domain.models import Outcome
 from pdfqueue.domain.names import MAX_MEMBER_NAME_BYTES
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
-from pdfqueue.stores.webhooks import MAX_URL_CHARS
+from pdfqueue.webhooks import MAX_URL_CHARS
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMAND = "uv run python -m pdfqueue_dev.refdocs"

@@ -18,8 +18,8 @@ from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.pdfbatch import DEFAULT_TENANT
 from pdfqueue.domain.settings import Settings, valid_tenant
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.retention import RetentionStore
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.retention import RetentionStore
 from pdfqueue.stores.storage import Storage
 from pdfqueue_operator.errors import BatchNotAdoptable, SourceNotAllowed, TenantNotAllowed
 from pdfqueue_operator.kube import Kube

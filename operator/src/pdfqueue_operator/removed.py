@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pdfqueue.stores.retention import Removal, RetentionStore
+from pdfqueue.stores.postgres.retention import Removal, RetentionStore
 from pdfqueue_operator.kube import Kube
 from pdfqueue_operator.model import ObjectRef
 from pdfqueue_operator.status import ACCEPTED, FINISHED, Condition, with_condition

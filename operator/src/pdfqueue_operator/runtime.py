@@ -20,7 +20,7 @@ from pdfqueue.observability import metrics
 from pdfqueue.recovery import reconcile_running
 from pdfqueue.runtime.connections import OPERATOR, Stores
 from pdfqueue.stores import kubeapi
-from pdfqueue.stores.retention import RetentionStore
+from pdfqueue.stores.postgres.retention import RetentionStore
 from pdfqueue_operator import kube
 from pdfqueue_operator.kube import Kube, always
 from pdfqueue_operator.leader_tasks import (

@@ -10,7 +10,7 @@ added again from anywhere else: counting in-progress keys as well would double c
 A job whose worker was killed keeps its past score and so keeps counting until it is rerun.
 
 Fair dispatch keeps most of a big batch out of the queue as pending work, released in small
-windows; that work is added (`pdfqueue.stores.fair_dispatch.pending_jobs`), so the fleet
+windows; that work is added (`pdfqueue.stores.redis.fair_dispatch.pending_jobs`), so the fleet
 still scales out for the whole backlog. Webhook deliveries due on their own queue are added as
 well (they run in every worker's delivery slots), so a delivery never waits for the next batch.
 """
@@ -29,7 +29,7 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability import metrics
-from pdfqueue.stores.fair_dispatch import pending_jobs
+from pdfqueue.stores.redis.fair_dispatch import pending_jobs
 from pdfqueue_operator.kube import Kube
 from pdfqueue_operator.scale_decision import History, InvalidPolicy, ScalePolicy, decide
 

@@ -22,8 +22,8 @@ from pdfqueue.recovery import reconcile_at_start, reconcile_if_reset, reconcile_
 from pdfqueue.runtime.connections import Stores, worker_role
 from pdfqueue.runtime.queue_gauges import QueueGauges
 from pdfqueue.runtime.store_gauges import StoreGauges
-from pdfqueue.stores.fair_dispatch import Dispatcher, dispatch_ticker
-from pdfqueue.stores.queue import check_durability, deserialize, serialize, worker_lost_redis
+from pdfqueue.stores.redis.fair_dispatch import Dispatcher, dispatch_ticker
+from pdfqueue.stores.redis.queue import check_durability, deserialize, serialize, worker_lost_redis
 from pdfqueue_worker import heartbeat
 from pdfqueue_worker.deliveries import Deliveries
 from pdfqueue_worker.deps import Deps

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pdfqueue.domain.errors import ArchiveRejected, FileRejected
 from pdfqueue.domain.names import safe_name, too_long, utf8_length
 from pdfqueue.stores.storage import Backend
-from pdfqueue.stores.zipdir import DirectoryLimits, Entry, read_end_record, walk_entries
+from pdfqueue.stores.storage.zipdir import DirectoryLimits, Entry, read_end_record, walk_entries
 from pdfqueue_worker.payload import LOCAL_HEADER, Member, name_digest
 
 _SUPPORTED_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
@@ -51,8 +51,8 @@ class Listing:
 def list_members(backend: Backend, key: str, limits: Limits) -> Listing:
     """Classify every member of the stored ZIP from its central directory (blocking).
 
-    The directory is walked entry by entry (`pdfqueue.stores.zipdir`), refused as soon as it breaks
-    a limit, so what this holds per entry is bounded by `max_members`.
+    The directory is walked entry by entry (`pdfqueue.stores.storage.zipdir`), refused as soon
+    as it breaks a limit, so what this holds per entry is bounded by `max_members`.
     """
     listing = Listing()  # duplicate names are processed: content decides what is a duplicate
     spans: list[tuple[int, int]] = []

@@ -21,8 +21,8 @@ from arq.connections import RedisSettings
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.periodic import Periodic
-from pdfqueue.stores.fair_dispatch import Dispatcher, dispatch_ticker, pending_jobs
-from pdfqueue.stores.queue import deserialize, serialize
+from pdfqueue.stores.redis.fair_dispatch import Dispatcher, dispatch_ticker, pending_jobs
+from pdfqueue.stores.redis.queue import deserialize, serialize
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.tasks.webhook import MAX_TRIES, webhook
 

@@ -10,10 +10,10 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.files import FileStore
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.files import FileStore
+from pdfqueue.stores.postgres.users import UserStore
 from pdfqueue.stores.storage import Storage
-from pdfqueue.stores.users import UserStore
 from pdfqueue_worker.archive import Limits
 from pdfqueue_worker.extractor import Extractor
 

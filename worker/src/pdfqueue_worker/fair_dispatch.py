@@ -7,8 +7,8 @@ from collections.abc import Callable, Coroutine, Iterable
 from functools import wraps
 from typing import Any
 
-from pdfqueue.stores.fair_dispatch import Dispatcher
-from pdfqueue.stores.queue import Job, enqueue_chunked
+from pdfqueue.stores.redis.fair_dispatch import Dispatcher
+from pdfqueue.stores.redis.queue import Job, enqueue_chunked
 from pdfqueue_worker.deps import Deps
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from pdfqueue.stores.users import UserRow
+from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_worker.candidates import STRONG, Candidate
 
 

@@ -26,7 +26,7 @@ Task = Callable[..., Coroutine[Any, Any, Any]]
 def observed_job(function: str, *, link: bool) -> Callable[[Task], Task]:
     """Wrap an arq task: CONSUMER span, log context, in-progress gauge and duration by result.
 
-    The job's `trace` kwarg (made by `pdfqueue.stores.queue.enqueue`) is taken off before the
+    The job's `trace` kwarg (made by `pdfqueue.stores.redis.queue.enqueue`) is taken off before the
     task runs; jobs queued before tracing existed simply have none. `link=True` starts a new
     trace linked to the producer instead of joining its trace (see
     `pdfqueue.observability.tracing`).

@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pdfqueue.domain.errors import SchemaNotReady
-from pdfqueue.stores import postgres, schema
+from pdfqueue.stores.postgres import schema
+from pdfqueue.stores.postgres.pool import ping
 from pdfqueue_api.dependencies import Connections
 from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S
 
@@ -29,7 +30,7 @@ async def readyz(stores: Connections) -> JSONResponse:
     the schema's versions)."""
     checks = {
         "redis": stores.lifecycle.ping(),
-        "postgresql": postgres.ping(stores.pool),
+        "postgresql": ping(stores.pool),
         "storage": stores.storage.check(),
         "schema": schema.require(stores.pool),
     }

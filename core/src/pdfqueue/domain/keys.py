@@ -125,7 +125,7 @@ def file_job_ids(batch_id: str, indexes: list[int], rounds: int) -> list[str]:
 
 
 def fair_batch_keys(queue_name: str, batch_id: str) -> list[str]:
-    """The fair-dispatch keys of one batch (`pdfqueue.stores.fair_dispatch`'s Lua scripts)."""
+    """The fair-dispatch keys of one batch (`pdfqueue.stores.redis.fair_dispatch`'s Lua scripts)."""
     at = f"{fair_prefix(queue_name)}b:{checked(batch_id)}:"
     return [f"{at}pending", f"{at}meta", f"{at}inflight"]
 

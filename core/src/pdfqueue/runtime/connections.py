@@ -19,13 +19,13 @@ from pdfqueue.domain.settings import API_POOL_CONNECTIONS, Settings
 from pdfqueue.erasure import Eraser
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.runtime.waiting import until_ready
-from pdfqueue.stores import schema
-from pdfqueue.stores.batches import BatchStore
-from pdfqueue.stores.files import FileStore
-from pdfqueue.stores.postgres import UsersTable, connect
-from pdfqueue.stores.retention import RetentionStore
+from pdfqueue.stores.postgres import schema
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.files import FileStore
+from pdfqueue.stores.postgres.pool import UsersTable, connect
+from pdfqueue.stores.postgres.retention import RetentionStore
+from pdfqueue.stores.postgres.users import UserStore
 from pdfqueue.stores.storage import Storage
-from pdfqueue.stores.users import UserStore
 
 
 @dataclass(frozen=True)

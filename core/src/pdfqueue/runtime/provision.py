@@ -15,7 +15,12 @@ from pdfqueue.domain.errors import (
 )
 from pdfqueue.domain.settings import Settings
 from pdfqueue.runtime.waiting import until_ready
-from pdfqueue.stores.schema import SchemaVersion, connect_for_migrations, migrate, read_version
+from pdfqueue.stores.postgres.schema import (
+    SchemaVersion,
+    connect_for_migrations,
+    migrate,
+    read_version,
+)
 from pdfqueue.stores.storage import Storage
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
-from pdfqueue.stores.fair_dispatch import pending_jobs
+from pdfqueue.stores.redis.fair_dispatch import pending_jobs
 
 log = logging.getLogger(__name__)
 

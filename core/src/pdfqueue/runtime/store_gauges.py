@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
-from pdfqueue.stores.batches import BatchStore
+from pdfqueue.stores.postgres.batches import BatchStore
 from pdfqueue.stores.storage import Storage
 
 log = logging.getLogger(__name__)

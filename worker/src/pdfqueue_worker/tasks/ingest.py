@@ -9,7 +9,7 @@ from typing import Any
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import DependencyRejected, PermanentError
 from pdfqueue.domain.models import TERMINAL, BatchStatus, FileRef, failed
-from pdfqueue.stores.queue import Job
+from pdfqueue.stores.redis.queue import Job
 from pdfqueue_worker.archive import list_members, plan_slices
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.fair_dispatch import submit

@@ -21,7 +21,7 @@ from pdfqueue.domain.models import (
     failed,
 )
 from pdfqueue.observability import metrics
-from pdfqueue.stores.users import UserRow
+from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_worker.archive import member_span
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.extractor import Deferred, Unreadable

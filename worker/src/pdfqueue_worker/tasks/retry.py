@@ -9,8 +9,8 @@ from typing import Any
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import PermanentError
 from pdfqueue.domain.models import BatchStatus, FileRef, failed
-from pdfqueue.stores.fair_dispatch import chunks_before
-from pdfqueue.stores.queue import Job
+from pdfqueue.stores.redis.fair_dispatch import chunks_before
+from pdfqueue.stores.redis.queue import Job
 from pdfqueue_worker.archive import Listing, list_members, plan_slices
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.fair_dispatch import submit

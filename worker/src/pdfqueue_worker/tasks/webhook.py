@@ -32,9 +32,10 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import metrics
 from pdfqueue.runtime.connections import Stores
-from pdfqueue.stores.fair_dispatch import Dispatcher, chunks_before
-from pdfqueue.stores.queue import Job
-from pdfqueue.stores.webhooks import body, callback_of, event_of, parse, post, record_attempt
+from pdfqueue.stores.postgres.callbacks import callback_of, record_attempt
+from pdfqueue.stores.redis.fair_dispatch import Dispatcher, chunks_before
+from pdfqueue.stores.redis.queue import Job
+from pdfqueue.webhooks import body, event_of, parse, post
 from pdfqueue_worker.deps import Deps
 from pdfqueue_worker.observe import observed_job
 

@@ -29,7 +29,7 @@ from pdfqueue.domain.models import (
 )
 from pdfqueue.domain.names import safe_name
 from pdfqueue.stores.driver_errors import postgres_errors, typed_methods
-from pdfqueue.stores.postgres import UsersTable
+from pdfqueue.stores.postgres.pool import UsersTable
 
 log = logging.getLogger(__name__)
 

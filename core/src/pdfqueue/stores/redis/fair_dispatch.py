@@ -29,8 +29,8 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.periodic import Periodic
 from pdfqueue.stores.driver_errors import redis_errors, typed_call, typed_methods
-from pdfqueue.stores.queue import JOB_EXPIRES_MS, Job, encoded
-from pdfqueue.stores.scripts import lua
+from pdfqueue.stores.redis.queue import JOB_EXPIRES_MS, Job, encoded
+from pdfqueue.stores.redis.scripts import lua
 
 log = logging.getLogger(__name__)
 

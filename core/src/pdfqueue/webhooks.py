@@ -1,4 +1,6 @@
-"""Completion webhooks: which URLs may be called, the signed body, and one delivery attempt.
+"""Completion webhooks, the HTTP client: which URLs may be called, the signed body, one attempt.
+
+Their rows (the callback an upload named, each attempt) are `pdfqueue.stores.postgres.callbacks`.
 
 A URL is checked when it is given and again at every delivery: https only (plain http only to
 a loopback address, and only with PDFQUEUE_WEBHOOK_ALLOW_HTTP_LOOPBACK), no credentials in it,
@@ -23,7 +25,6 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import asyncpg
 import httpx
 
 from pdfqueue.domain.addresses import host_refusal, is_loopback, refusal
@@ -215,47 +216,3 @@ async def _read_some(response: httpx.Response, limit: int) -> None:
         read += len(chunk)
         if read >= limit:
             return
-
-
-async def remember(pool: asyncpg.Pool, batch_id: str, url: str) -> None:
-    """Keep the callback an upload named (before the batch exists, so none is missed)."""
-    await pool.execute(
-        "INSERT INTO pdfqueue_callbacks (batch_id, url) VALUES ($1, $2)"
-        " ON CONFLICT (batch_id) DO NOTHING",
-        batch_id,
-        url,
-    )
-
-
-async def forget(pool: asyncpg.Pool, batch_id: str) -> None:
-    """Drop the callback of an upload that did not become a batch."""
-    await pool.execute("DELETE FROM pdfqueue_callbacks WHERE batch_id = $1", batch_id)
-
-
-async def callback_of(pool: asyncpg.Pool, batch_id: str) -> str | None:
-    url: str | None = await pool.fetchval(
-        "SELECT url FROM pdfqueue_callbacks WHERE batch_id = $1", batch_id
-    )
-    return url
-
-
-async def record_attempt(
-    pool: asyncpg.Pool,
-    batch_id: str,
-    round_: int,
-    attempt: int,
-    url: str,
-    *,
-    status_code: int | None = None,
-    error: str | None = None,
-) -> None:
-    await pool.execute(
-        "INSERT INTO pdfqueue_webhook_deliveries"
-        " (batch_id, round, attempt, url, status_code, error) VALUES ($1, $2, $3, $4, $5, $6)",
-        batch_id,
-        round_,
-        attempt,
-        url,
-        status_code,
-        error,
-    )

@@ -16,7 +16,7 @@ import asyncpg
 
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue.stores.driver_errors import postgres_errors, typed_methods
-from pdfqueue.stores.postgres import quote_ident
+from pdfqueue.stores.postgres.pool import quote_ident
 
 ERASED_NAME = "[erased]"
 """What an erased person's file rows are called in their batch's report from then on."""

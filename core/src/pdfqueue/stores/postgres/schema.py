@@ -87,7 +87,7 @@ class Migration:
 @cache
 def bundled() -> tuple[Migration, ...]:
     """The migrations shipped in this package, in order (numbers unique)."""
-    folder = resources.files("pdfqueue.stores").joinpath("migrations")
+    folder = resources.files("pdfqueue.stores.postgres").joinpath("migrations")
     found = sorted(
         (Migration.of(p.name, p.read_text()) for p in folder.iterdir() if p.name.endswith(".sql")),
         key=lambda m: m.number,

@@ -18,9 +18,9 @@ from redis.asyncio import Redis
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import QuotaExceeded, ServiceUnavailable
 from pdfqueue.domain.settings import Quota, Settings
-from pdfqueue.stores.batches import BatchStore
 from pdfqueue.stores.driver_errors import redis_errors
-from pdfqueue.stores.scripts import lua
+from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.redis.scripts import lua
 
 T = TypeVar("T")
 _ADMIT = lua("quota_admit")

@@ -21,7 +21,7 @@ from pdfqueue.domain.models import (
     OwnedBatch,
 )
 from pdfqueue.stores.driver_errors import redis_connection_lost, redis_errors, typed_methods
-from pdfqueue.stores.scripts import lua
+from pdfqueue.stores.redis.scripts import lua
 
 _RECORD = lua("record_outcome")
 _START = lua("start_batch")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from pdfqueue.stores.driver_errors import postgres_errors, typed_methods
-from pdfqueue.stores.postgres import UsersTable, quote_ident
+from pdfqueue.stores.postgres.pool import UsersTable, quote_ident
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.errors import RedisUnavailable
 from pdfqueue.observability.tracing import producer_span
 from pdfqueue.stores.driver_errors import redis_connection_lost, redis_errors, typed_call
-from pdfqueue.stores.scripts import lua
+from pdfqueue.stores.redis.scripts import lua
 
 
 def worker_lost_redis(exc: BaseException) -> bool:

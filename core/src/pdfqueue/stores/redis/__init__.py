@@ -1,0 +1,1 @@
+"""Redis: live batch state, the arq queue, fair dispatch, quotas and their Lua scripts."""
