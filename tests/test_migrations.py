@@ -321,7 +321,9 @@ def test_0004_is_marked_and_concurrent() -> None:
     creates = [s for s in listing.statements() if s.startswith("CREATE")]
     assert len(creates) == 3
     assert all("CONCURRENTLY IF NOT EXISTS" in s for s in creates)
-    assert resources.files("pdfqueue.stores.postgres").joinpath("migrations", listing.name).is_file()
+    assert (
+        resources.files("pdfqueue.stores.postgres").joinpath("migrations", listing.name).is_file()
+    )
 
 
 async def test_the_api_is_not_ready_on_an_old_schema_and_is_once_migrated(
