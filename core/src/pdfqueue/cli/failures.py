@@ -27,7 +27,7 @@ TOKEN_HELP = (
 )
 
 
-class StoppedWatching(Exception):
+class StoppedWatching(PdfQueueError):
     """Ctrl-C while following a batch: the batch goes on without us."""
 
     def __init__(self, batch_id: str) -> None:
@@ -35,7 +35,7 @@ class StoppedWatching(Exception):
         self.batch_id = batch_id
 
 
-class UploadInterrupted(Exception):
+class UploadInterrupted(PdfQueueError):
     """Ctrl-C while the ZIP was being sent: the API drops the part it received."""
 
 
