@@ -317,7 +317,8 @@ async def test_cli_retry_waits_for_the_new_outcome_and_says_when_there_is_nothin
 
     code, _, err = await cli(capsys, "retry", batch_id, url=served)
     assert code == EXIT_ERROR
-    assert "no transiently failed file" in err
+    assert "failed for a reason a retry may fix" in err
+    assert f"`pdfqueue retry {batch_id} --all-failed` re-runs them anyway" in err
     code, out, _ = await cli(capsys, "retry", batch_id, "--all-failed", "--json", url=served)
     assert code == EXIT_OK
     assert json.loads(out)["retries"] == 2
