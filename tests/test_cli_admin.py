@@ -106,7 +106,7 @@ async def test_stuck_batch_listed_then_requeued_and_completed(
     assert json.loads(out)["rebuilt"] == []  # a second run finds it healthy
 
     await run_worker()
-    found = await lifecycle.read(batch_id)
+    found = await lifecycle.reads.read(batch_id)
     assert found is not None
     assert found.summary.status == "COMPLETED"
     assert {k: getattr(found.summary, k) for k in corpus.counts()} == corpus.counts()

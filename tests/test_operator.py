@@ -60,7 +60,7 @@ async def summary_of(settings: Settings, redis: Redis, batch_id: str) -> Any:
     pool = await connect(settings.database_url, max_size=1)
     try:
         lifecycle = lifecycle_over(pool, redis, settings)
-        found = await lifecycle.read(batch_id)
+        found = await lifecycle.reads.read(batch_id)
         return found.summary if found is not None else None
     finally:
         await pool.close()

@@ -178,7 +178,7 @@ class BatchService:
 
     async def get(self, tenant: str, batch_id: str) -> BatchSummary:
         """The batch of `tenant` (404 for unknown batches and everybody else's)."""
-        return await _guard("batch state", self.lifecycle.read_for(tenant, batch_id))
+        return await _guard("batch state", self.lifecycle.reads.read_for(tenant, batch_id))
 
     async def cancel(self, tenant: str, batch_id: str) -> BatchSummary:
         """Drop pending work; running jobs finish and are counted; the batch ends CANCELLED."""
@@ -253,7 +253,7 @@ class BatchService:
             )
         except InvalidData as exc:  # a value the checks above missed: still the cursor's fault
             raise InvalidCursor from exc
-        page = [await _guard("redis", self.lifecycle.live(row)) for row in rows[:limit]]
+        page = [await _guard("redis", self.lifecycle.reads.live(row)) for row in rows[:limit]]
         more = len(rows) > limit
         return BatchPage(batches=page, next_cursor=encode_cursor(page[-1]) if more else None)
 
@@ -270,7 +270,7 @@ class BatchService:
 
     async def read(self, batch_id: str) -> BatchSummary | None:
         """A batch's state for the event feed (the tenant was checked when the stream opened)."""
-        found = await _guard("batch state", self.lifecycle.read(batch_id))
+        found = await _guard("batch state", self.lifecycle.reads.read(batch_id))
         return found.summary if found is not None else None
 
 

@@ -4,7 +4,7 @@ PostgreSQL holds every batch's row and every outcome recorded so far (each is wr
 before Redis), and the ZIP stays in storage; Redis holds what can be derived again: the live
 counters, the once-only outcome guard, fair dispatch's pending work and arq's jobs. When Redis
 loses data (an empty new volume, a failover without its last writes, a job deleted by hand), a
-batch PostgreSQL says is PENDING or PROCESSING is rebuilt (`Lifecycle.rebuild`) if, at a
+batch PostgreSQL says is PENDING or PROCESSING is rebuilt (`pdfqueue.lifecycle.rebuild`) if, at a
 check made in this order (Redis first, PostgreSQL after, so work that ends in between is
 seen in one or the other):
 
@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.models import TERMINAL, BatchStatus
-from pdfqueue.lifecycle import Lifecycle, Rebuilt
+from pdfqueue.lifecycle import Lifecycle, Rebuilt, rebuild
 from pdfqueue.stores.postgres.batches import BatchActivity
 from pdfqueue.stores.redis.fair_dispatch import pending_of
 from pdfqueue.stores.redis.queue import queued_by_batch
@@ -140,7 +140,7 @@ async def survey(lifecycle: Lifecycle, batch_ids: list[str]) -> dict[str, BatchH
         return {}
     pending = await pending_of(lifecycle.redis, lifecycle.queue_name, batch_ids)
     queued = await queued_by_batch(lifecycle.redis, lifecycle.queue_name)
-    live = await lifecycle.live_brief(batch_ids)
+    live = await lifecycle.reads.live_brief(batch_ids)
     rows = await lifecycle.batches.activity(running=False, batch_ids=batch_ids)  # after Redis
     found: dict[str, BatchHealth] = {}
     for a in rows:
@@ -244,7 +244,8 @@ async def reconcile_batch(lifecycle: Lifecycle, batch_id: str) -> Rebuilt | None
         if health is None or not health.needs_rebuild:
             row = await lifecycle.batches.get(batch_id)
             return Rebuilt(batch_id, row.tenant if row else "", (), row.summary if row else None)
-        return await lifecycle.rebuild(
+        return await rebuild(
+            lifecycle,
             batch_id,
             state=health.missing_state,
             stale=health.stale_state,

@@ -116,7 +116,7 @@ class BatchReconciler:
         folder = f"{self.settings.operator_source_prefix}{tenant}/"
         if not key.startswith(folder):  # the key's segments are checked: a text prefix will do
             raise SourceNotAllowed(obj.spec.source, self.storage.url(folder))
-        known = await self.lifecycle.read(batch_id)
+        known = await self.lifecycle.reads.read(batch_id)
         if known is None and not await self.storage.exists(key):
             raise ObjectNotFound(obj.spec.source)
         await self.lifecycle.register(
@@ -134,7 +134,7 @@ class BatchReconciler:
         """
         if not keys.is_batch_id(batch_id) or await self.batches.pdfbatch_uid(batch_id) != uid:
             return None
-        found = await self.lifecycle.read(batch_id)
+        found = await self.lifecycle.reads.read(batch_id)
         dropped = None
         if found is not None and found.summary.status not in TERMINAL:
             dropped = await self.lifecycle.cancel(batch_id)
@@ -157,7 +157,7 @@ class BatchReconciler:
                 log.exception("could not mirror batch %s", batch_id)
 
     async def _mirror_one(self, batch_id: str, ref: ObjectRef) -> None:
-        found = await self.lifecycle.read(batch_id)
+        found = await self.lifecycle.reads.read(batch_id)
         if found is None:  # its rows were deleted: nothing left to mirror
             await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
             return

@@ -22,7 +22,7 @@ async def submit(deps: Deps, batch_id: str, jobs: Iterable[Job], first: int = 0)
     settings = deps.settings
     if not settings.dispatch_fair:
         return await enqueue_chunked(deps.redis, settings.queue_name, jobs, settings.enqueue_chunk)
-    found = await deps.lifecycle.read(batch_id)
+    found = await deps.lifecycle.reads.read(batch_id)
     tenant = found.tenant if found is not None else ""
     dispatcher = Dispatcher.from_settings(deps.redis, settings)
     added = await dispatcher.register(batch_id, tenant, jobs, settings.enqueue_chunk, first)

@@ -32,7 +32,7 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
     deps: Deps = ctx["deps"]
     try:
         async with asyncio.timeout(deps.settings.job_timeout_s):  # see `process`
-            if await deps.lifecycle.buried(batch_id):  # its erasure is accepted
+            if await deps.lifecycle.reads.buried(batch_id):  # its erasure is accepted
                 return ERASED
             if ctx["job_try"] <= deps.settings.max_tries:
                 try:
@@ -50,7 +50,7 @@ async def ingest(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
 
 
 async def _ingest(deps: Deps, batch_id: str, source: str) -> str:
-    if await deps.lifecycle.status(batch_id) in TERMINAL:
+    if await deps.lifecycle.reads.status(batch_id) in TERMINAL:
         await deps.lifecycle.settle(batch_id)  # whoever finished it may have died
         return "already finished"
     try:

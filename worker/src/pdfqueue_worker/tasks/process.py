@@ -83,9 +83,9 @@ async def process(
             parse_until = asyncio.get_running_loop().time() + max(
                 deps.settings.job_timeout_s - RECORD_RESERVE_S, deps.settings.job_timeout_s / 2
             )
-            if await deps.lifecycle.buried(batch_id):  # its erasure is accepted
+            if await deps.lifecycle.reads.buried(batch_id):  # its erasure is accepted
                 return ERASED
-            if await deps.lifecycle.status(batch_id) is BatchStatus.CANCELLED:
+            if await deps.lifecycle.reads.status(batch_id) is BatchStatus.CANCELLED:
                 await deps.lifecycle.settle(batch_id)  # the canceller may have died
                 return "cancelled"
             todo = await _unrecorded(deps, batch_id, [Member(**m) for m in members])
@@ -160,7 +160,7 @@ def _ref(batch_id: str, m: Member) -> FileRef:
 
 
 async def _unrecorded(deps: Deps, batch_id: str, members: list[Member]) -> list[Member]:
-    left = set(await deps.lifecycle.unrecorded(batch_id, [m.index for m in members]))
+    left = set(await deps.lifecycle.reads.unrecorded(batch_id, [m.index for m in members]))
     return [m for m in members if m.index in left]
 
 

@@ -40,7 +40,7 @@ async def recover(ctx: dict[str, Any], *, batch_id: str, source: str) -> str:
     deps: Deps = ctx["deps"]
     try:
         async with asyncio.timeout(deps.settings.job_timeout_s):
-            if await deps.lifecycle.buried(batch_id):  # its erasure is accepted
+            if await deps.lifecycle.reads.buried(batch_id):  # its erasure is accepted
                 return ERASED
             if ctx["job_try"] > deps.settings.max_tries:
                 error = f"recovery gave up: {await last_try_error(deps, ctx)}"
@@ -55,7 +55,7 @@ async def _recover(deps: Deps, job_id: str, batch_id: str, source: str) -> str:
     row = await deps.batches.get(batch_id)
     if row is None:
         return "unknown batch"
-    if row.summary.status in TERMINAL or await deps.lifecycle.status(batch_id) in TERMINAL:
+    if row.summary.status in TERMINAL or await deps.lifecycle.reads.status(batch_id) in TERMINAL:
         await deps.lifecycle.settle(batch_id)
         return "already finished"
     try:

@@ -39,7 +39,7 @@ async def retry(ctx: dict[str, Any], *, batch_id: str, source: str, retry_round:
     deps: Deps = ctx["deps"]
     try:
         async with asyncio.timeout(deps.settings.job_timeout_s):
-            if await deps.lifecycle.buried(batch_id):  # its erasure is accepted
+            if await deps.lifecycle.reads.buried(batch_id):  # its erasure is accepted
                 return ERASED
             if ctx["job_try"] > deps.settings.max_tries:
                 return await _give_up(deps, batch_id, await last_try_error(deps, ctx))
@@ -49,11 +49,11 @@ async def retry(ctx: dict[str, Any], *, batch_id: str, source: str, retry_round:
 
 
 async def _fan_out(deps: Deps, batch_id: str, source: str, round_: int) -> str:
-    if await deps.lifecycle.status(batch_id) is BatchStatus.CANCELLED:
+    if await deps.lifecycle.reads.status(batch_id) is BatchStatus.CANCELLED:
         await deps.lifecycle.settle(batch_id)
         return "cancelled"
     names = await deps.files.retrying(batch_id)
-    todo = set(await deps.lifecycle.unrecorded(batch_id, sorted(names)))
+    todo = set(await deps.lifecycle.reads.unrecorded(batch_id, sorted(names)))
     if not todo:
         return "nothing to do"
     try:
@@ -96,7 +96,7 @@ async def _fan_out(deps: Deps, batch_id: str, source: str, round_: int) -> str:
 async def _give_up(deps: Deps, batch_id: str, reason: str) -> str:
     """Out of tries: the round's undecided files fail with the last error, the batch ends."""
     names = await deps.files.retrying(batch_id)
-    todo = await deps.lifecycle.unrecorded(batch_id, sorted(names))
+    todo = await deps.lifecycle.reads.unrecorded(batch_id, sorted(names))
     await record_outcomes(
         deps, batch_id, {FileRef(batch_id, i, names[i]): failed(reason) for i in todo}
     )

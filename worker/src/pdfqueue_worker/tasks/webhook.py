@@ -60,7 +60,7 @@ async def _announce(settings: Settings, redis: Redis, lifecycle: Lifecycle, batc
     the round's chunk number makes the delivery once per round."""
     if not (settings.webhook_secrets or settings.webhook_urls):
         return  # no tenant can have a webhook: no job per batch either
-    found = await lifecycle.read(batch_id)
+    found = await lifecycle.reads.read(batch_id)
     if found is None:
         return
     round_ = found.summary.retries
@@ -189,7 +189,7 @@ def _answered(deps: Deps, ctx: dict[str, Any], delivery: Delivery, code: int) ->
 
 async def _delivery(deps: Deps, batch_id: str, round_: int, attempt: int) -> Delivery | str:
     """What this attempt sends where, or why there is nothing to send."""
-    found = await deps.lifecycle.read(batch_id)
+    found = await deps.lifecycle.reads.read(batch_id)
     if found is None:
         return "unknown batch"
     tenant, summary = found.tenant, found.summary

@@ -1,28 +1,5 @@
-"""The batch lifecycle: every transition of a batch, and the only code that writes its state.
-
-    register --> PENDING --start--> PROCESSING --record (its last file)--> COMPLETED
-                    |                    |      ^                               |
-                    |                    |      +----------- requeue ----------+
-                    |                    |           (a retry round of its failed files)
-                    +------- fail -------+--> FAILED       (ingest refused or gave up, or
-                    |                    |                  the ZIP holds no PDF)
-                    +------ cancel ------+--> CANCELLED    (pending work dropped)
-
-Which store each transition writes first, and what repairs a process that dies in between:
-
-- register, start, record and requeue write PostgreSQL first (the row, the listing, the
-  per-file outcomes, the retry round under the row's lock), then Redis (`state`: its Lua
-  scripts count every file once and flip the batch on its last one). Redis is rebuildable from
-  PostgreSQL, so what dies in between is redone from the rows: a repeated call or a retried
-  job finds them (`restore` writes live state that is missing), and `pdfqueue.recovery`
-  rebuilds a running batch whose live state or queued work is gone (`rebuild`).
-- completion (the last `record`), fail and cancel write
-  Redis first, then the batch row: a process that dies in between leaves Redis ahead, and
-  `settle`, run by whatever touches the batch next, writes the terminal status PostgreSQL
-  missed.
-- The batch metric comes last. Every completion and failure this process writes runs
-  `on_ended` (the worker's queues the batch's webhook).
-"""
+"""The transitions of a batch (the state diagram is the package's docstring): each writes
+PostgreSQL and Redis in the order `pdfqueue.lifecycle` states."""
 
 from __future__ import annotations
 
@@ -35,17 +12,17 @@ from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.advice import NO_PDF_MEMBERS, no_pdfs_found
-from pdfqueue.domain.errors import BatchConflict, BatchNotFound, BatchNotRetryable
+from pdfqueue.domain.errors import BatchConflict, BatchNotRetryable
 from pdfqueue.domain.models import (
     TERMINAL,
     BatchStatus,
     BatchSummary,
     Decision,
     FileRef,
-    OwnedBatch,
     RetryRound,
 )
 from pdfqueue.domain.settings import Settings
+from pdfqueue.lifecycle.reads import BatchReads
 from pdfqueue.observability import metrics
 from pdfqueue.stores.postgres.batches import BatchStore
 from pdfqueue.stores.postgres.files import FileStore
@@ -55,7 +32,6 @@ from pdfqueue.stores.redis.queue import (
     Job,
     enqueue,
     forget_jobs,
-    forget_results,
     queued_with_prefix,
     remove,
 )
@@ -84,45 +60,15 @@ class Lifecycle:
         state = BatchState(redis, settings.batch_ttl_s)
         return cls(batches, files, state, redis, settings.queue_name)
 
+    @property
+    def reads(self) -> BatchReads:
+        """What the batch looks like now (reads only)."""
+        return BatchReads(self.batches, self.state)
+
     async def ping(self) -> None:
         """Raise RedisUnavailable unless Redis answers."""
         await self.state.ping()
 
-    # --- reading ---------------------------------------------------------------------------
-    async def read(self, batch_id: str) -> OwnedBatch | None:
-        """The live summary and its tenant, or the durable ones once the live state expired;
-        None if unknown."""
-        live = await self.state.read(batch_id)
-        if live is not None:
-            return live
-        row = await self.batches.get(batch_id)
-        return OwnedBatch(row.summary, row.tenant) if row is not None else None
-
-    async def read_for(self, tenant: str, batch_id: str) -> BatchSummary:
-        """The batch of `tenant`; BatchNotFound for unknown batches and everybody else's."""
-        found = await self.read(batch_id)
-        if found is None or found.tenant != tenant:
-            raise BatchNotFound(batch_id)
-        return found.summary
-
-    async def live(self, durable: BatchSummary) -> BatchSummary:
-        """A durable summary with the live counters of a batch still running."""
-        if durable.status in TERMINAL:
-            return durable
-        live = await self.state.read(durable.batch_id)
-        if live is None:
-            return durable
-        return live.summary.model_copy(update={"file_name": durable.file_name})
-
-    async def status(self, batch_id: str) -> BatchStatus | None:
-        """The live status (None once the live state expired)."""
-        return await self.state.status(batch_id)
-
-    async def unrecorded(self, batch_id: str, indexes: Sequence[int]) -> list[int]:
-        """Those of `indexes` without an outcome yet (what a retried job still has to do)."""
-        return await self.state.unrecorded(batch_id, indexes)
-
-    # --- transitions -----------------------------------------------------------------------
     async def register(
         self,
         *,
@@ -193,7 +139,7 @@ class Lifecycle:
             await self.restore(batch_id)
             status = await self.state.start(batch_id, total_files, len(ignored))
         if status is BatchStatus.COMPLETED:  # nothing to process: an empty archive
-            await self._completed(batch_id, first=True)
+            await self.completed(batch_id, first=True)
         else:
             metrics.batch_entered(BatchStatus.PROCESSING)
         return status
@@ -220,10 +166,10 @@ class Lifecycle:
             if code in (Recorded.COUNTED, Recorded.COMPLETED_BATCH):
                 metrics.document_counted(d.outcome, d.reason)
         if done.status == BatchStatus.COMPLETED.value:
-            await self._completed(batch_id, first=Recorded.COMPLETED_BATCH in done.codes)
+            await self.completed(batch_id, first=Recorded.COMPLETED_BATCH in done.codes)
         return final
 
-    async def _completed(self, batch_id: str, *, first: bool) -> None:
+    async def completed(self, batch_id: str, *, first: bool) -> None:
         """Redis says COMPLETED: the durable row follows, then the hook. `first` is the one
         write that completed it (a redelivery repeats the rest, not the metric)."""
         await self.batches.finish(batch_id, BatchStatus.COMPLETED)
@@ -245,7 +191,11 @@ class Lifecycle:
         """
         round_ = await self.files.begin_retry(batch_id, all_failed=all_failed)
         outcome = await self._reset_live(round_)
-        if not round_.started and outcome == "running" and await self.status(batch_id) in TERMINAL:
+        if (
+            not round_.started
+            and outcome == "running"
+            and await self.state.status(batch_id) in TERMINAL
+        ):
             # The last round completed in Redis; whoever completed it died before PostgreSQL.
             await self.settle(batch_id)
             round_ = await self.files.begin_retry(batch_id, all_failed=all_failed)
@@ -337,10 +287,6 @@ class Lifecycle:
         of it is registered (`buried`), for as long as a queued job can live."""
         await self.state.bury(batch_id, JOB_EXPIRES_MS)
 
-    async def buried(self, batch_id: str) -> bool:
-        """Whether the batch's erasure has been accepted: a job of it must not start."""
-        return await self.state.buried(batch_id)
-
     async def forget_jobs(self, batch_id: str, indexes: list[int], rounds: int) -> int:
         """Drop every Redis key of the batch's `process` jobs for the files at `indexes`:
         ids computed from the batch's own record, never searched for. Returns how many keys
@@ -394,79 +340,3 @@ class Lifecycle:
         if written:
             log.warning("restored missing live state", extra={"batch_id": batch_id})
         return written
-
-    # --- rebuilding from PostgreSQL (pdfqueue.recovery decides when) -----------------------
-    async def live_brief(self, batch_ids: Sequence[str]) -> dict[str, tuple[BatchStatus, int]]:
-        """Each batch's live status and processed count, for those with live state."""
-        return await self.state.brief(batch_ids) if batch_ids else {}
-
-    async def rebuild(
-        self, batch_id: str, *, state: bool, stale: bool, work: bool, token: int
-    ) -> Rebuilt:
-        """PostgreSQL says the batch runs but Redis lost some of it: put back its live state
-        (`state`: missing; `stale`: behind PostgreSQL's counts while no work is queued) and
-        its work (`work`: none queued while files lack an outcome), from the durable rows.
-
-        The work goes back as one job: `ingest` for a batch never listed; else `recover`
-        (the worker lists the ZIP again and queues, under their usual ids, the jobs of the
-        files without an outcome). `token` names the recover job; the caller holds the
-        batch's rebuild lock, so two rebuilds never queue two. A batch every file of which
-        has an outcome completes here instead, and one Redis says has ended is settled.
-        """
-        row = await self.batches.get(batch_id)
-        if row is None or row.summary.status in TERMINAL:
-            return Rebuilt(batch_id, row.tenant if row else "", ())
-        what: list[str] = []
-        if (state or stale) and await self.restore(batch_id, stale=stale):
-            what.append("state")
-        live = await self.state.read(batch_id)
-        settled = live is not None and live.summary.status in TERMINAL
-        if live is not None and settled:
-            if live.summary.status is BatchStatus.COMPLETED:
-                await self._completed(batch_id, first=bool(what))
-            else:
-                await self.settle(batch_id)
-            work = False
-        if work:
-            if row.summary.total_files is None:
-                job = Job(
-                    keys.ingest_job(batch_id),
-                    "ingest",
-                    {"batch_id": batch_id, "source": row.source_key},
-                )
-                what.append("ingest")
-            else:
-                job = Job(
-                    keys.recover_job(batch_id, token),
-                    "recover",
-                    {"batch_id": batch_id, "source": row.source_key},
-                )
-                what.append("jobs")
-            await forget_results(self.redis, [job.job_id])  # an ended ingest's, lost work
-            await enqueue(self.redis, self.queue_name, [job])
-        summary = live.summary if live else row.summary
-        for each in what:
-            metrics.batch_rebuilt(each)
-        if what:
-            log.warning(
-                "batch rebuilt from PostgreSQL (%s): tenant %s, %s of %s files recorded",
-                "+".join(what),
-                row.tenant,
-                summary.processed,
-                "?" if summary.total_files is None else summary.total_files,
-                extra={"batch_id": batch_id},
-            )
-        return Rebuilt(batch_id, row.tenant, tuple(what), summary, settled=settled)
-
-
-@dataclass(frozen=True)
-class Rebuilt:
-    """What `Lifecycle.rebuild` put back for one batch (`what`: some of
-    metrics.REBUILT), and the batch as it stands afterwards."""
-
-    batch_id: str
-    tenant: str
-    what: tuple[str, ...]
-    summary: BatchSummary | None = None
-    settled: bool = False
-    """The batch had ended in Redis only and its end is now recorded in PostgreSQL."""
