@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from bench.report import save, utc_stamp
-from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.domain.placeholders import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_dev.corpora.labelled import Labelled, User, cached
 from pdfqueue_worker.matching import Verdict, choose

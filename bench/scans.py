@@ -41,7 +41,7 @@ import pypdfium2 as pdfium
 from bench import corpus
 from bench.pipeline import Bench, Deployment, arq_timings
 from bench.report import save, utc_stamp
-from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.domain.placeholders import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_dev.corpora.documents import Density, render
 from pdfqueue_dev.corpora.labelled import SCAN_STYLES, ScanStyle, cached, scan

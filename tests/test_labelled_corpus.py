@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.domain.placeholders import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_dev.corpora.labelled import SCAN_STYLES, Labelled, User, cached
 from pdfqueue_worker.extractor import Extractor

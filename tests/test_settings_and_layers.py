@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from pdfqueue.domain.settings import Settings
-from pdfqueue_api.auth import tenant_for
+from pdfqueue.domain.tenants import tenant_for
 from pdfqueue_worker.app import build_worker
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdfqueue.domain.settings import PLACEHOLDER_DOMAINS
+from pdfqueue.domain.placeholders import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_worker.candidates import Candidate, Source
 from pdfqueue_worker.matching import Verdict, choose, placeholder, wanted

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from pdfqueue.domain.tenants import tenant_for
 from pdfqueue_api.dependencies import AppSettings
 
 OPEN_TENANT = "public"
 BEARER = HTTPBearer(auto_error=False, description="A tenant's token (PDFQUEUE_API_TOKENS).")
 """Declares the scheme in /openapi.json; the checking below is ours (401, not FastAPI's 403)."""
-
-
-def tenant_for(tokens: dict[str, str], presented: str) -> str | None:
-    """The tenant of a token; entries written `sha256:<hex>` are compared by hash."""
-    digest = "sha256:" + hashlib.sha256(presented.encode()).hexdigest()
-    for stored, tenant in tokens.items():
-        candidate = digest if stored.startswith("sha256:") else presented
-        if hmac.compare_digest(candidate.encode(), stored.encode()):
-            return tenant
-    return None
 
 
 def require_tenant(

@@ -16,7 +16,8 @@ from pdfqueue.domain import keys
 from pdfqueue.domain.errors import ObjectNotFound
 from pdfqueue.domain.models import TERMINAL
 from pdfqueue.domain.pdfbatch import DEFAULT_TENANT
-from pdfqueue.domain.settings import Settings, valid_tenant
+from pdfqueue.domain.settings import Settings
+from pdfqueue.domain.tenants import valid_tenant
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.stores.postgres.batches import BatchStore
 from pdfqueue.stores.postgres.retention import RetentionStore

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from functools import cached_property
@@ -23,6 +22,8 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from pdfqueue.domain.errors import ConfigurationError
+from pdfqueue.domain.placeholders import PLACEHOLDER_DOMAINS
+from pdfqueue.domain.tenants import parse_api_tokens, valid_tenant
 
 ARQ_TIMEOUT_MARGIN_S = 5.0
 """Time a job has, after its own deadline, to give up cleanly before arq cancels it."""
@@ -35,17 +36,6 @@ JOBS_PER_PARSER = 4
 enough that one job's parsing overlaps the others' reads, queries and PUTs."""
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
-"""A tenant the operator accepts: it becomes a folder name under the source prefix."""
-_TENANT = re.compile(TENANT_PATTERN)
-PLACEHOLDER_DOMAINS = (
-    *("example.com", "example.org", "example.net", "reallygreatsite.com", "yourdomain.com"),
-    *("domain.com", "email.com", "youremail.com", "yourname.com", "yoursite.com", "company.com"),
-    *("yourwebsite.com", "website.com", "mysite.com", "sample.com", "test.com"),
-)
-"""Domains of résumé-template placeholders (Canva's `hello@reallygreatsite.com`, Word's
-`someone@example.com`, `yourname@email.com`, `you@yourdomain.com`): never a user's.
-`email.com` is a real mailbox provider too, but far more often a template's."""
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
 
@@ -53,11 +43,6 @@ _URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
 def _entries(value: str) -> list[str]:
     """The entries of a comma-separated variable, stripped, empty ones left out."""
     return [entry for entry in (e.strip() for e in value.split(",")) if entry]
-
-
-def valid_tenant(name: str) -> bool:
-    """Whether `name` can be a tenant the operator files batches under (TENANT_PATTERN)."""
-    return _TENANT.fullmatch(name) is not None
 
 
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -86,54 +71,6 @@ class TenantQuota(BaseModel):
     bytes_per_day: int | None = Field(default=None, ge=0)
     concurrent_batches: int | None = Field(default=None, ge=0)
     retries_per_hour: int | None = Field(default=None, ge=0)
-
-
-_PLAIN_TOKEN = re.compile(r"^[\x21-\x7e]{32,1024}$")
-_HASHED_TOKEN = re.compile(r"^sha256:[0-9a-f]{64}$")
-MIN_TOKEN_CHARS = 32
-"""Shortest plain token: 32 random characters are out of reach of guessing."""
-
-
-def _token_problem(token: str) -> str | None:
-    """What is wrong with one stored token (plain or `sha256:<hex>`), in words without it."""
-    if token.startswith("sha256:"):
-        return None if _HASHED_TOKEN.match(token) else "a hash must be sha256: + 64 lowercase hex"
-    if _PLAIN_TOKEN.match(token):
-        return None
-    return f"a plain token must be {MIN_TOKEN_CHARS} to 1024 visible ASCII characters"
-
-
-def parse_api_tokens(value: str) -> dict[str, str]:
-    """`tenant:token,...` as {stored token: tenant}; every error names an entry by position only."""
-    tokens: dict[str, str] = {}
-    seen: dict[str, str] = {}  # hash -> tenant
-    for number, entry in enumerate(_entries(value), start=1):
-        tenant, sep, token = entry.partition(":")
-        where = f"PDFQUEUE_API_TOKENS entry {number}"
-        if not sep or not tenant or not token or tenant == "sha256":
-            msg = f"{where} is not tenant:token"
-            raise ValueError(msg)
-        if not _TENANT.match(tenant):
-            msg = f"{where}: a tenant is 1-63 letters, digits, '_', '.' or '-'"
-            raise ValueError(msg)
-        problem = _token_problem(token)
-        if problem:
-            msg = f"{where}: {problem}"  # no tenant: with a colon in a token, it could be a part
-            raise ValueError(msg)
-        stored = _stored_hash(token)
-        if stored in seen:
-            msg = f"{where} (tenant {tenant}) repeats the token of tenant {seen[stored]}"
-            raise ValueError(msg)
-        seen[stored] = tenant
-        tokens[token] = tenant
-    return tokens
-
-
-def _stored_hash(token: str) -> str:
-    """A token as its hash, so a plain entry and a hashed entry of one token are one token."""
-    if token.startswith("sha256:"):
-        return token
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
 
 def _with_password(service: str, url: str, password: object) -> str:
@@ -546,7 +483,7 @@ class Settings(BaseSettings):
     def _parse_tokens(cls, value: object) -> object:
         if not isinstance(value, str):
             return value
-        return parse_api_tokens(value)
+        return parse_api_tokens(_entries(value))
 
     @field_validator("operator_namespace_tenants", mode="before")
     @classmethod
@@ -556,9 +493,7 @@ class Settings(BaseSettings):
         mapping: dict[str, str] = {}
         for entry in _entries(value):
             namespace, _, tenant = (part.strip() for part in entry.partition(":"))
-            if not _NAMESPACE.fullmatch(namespace) or not (
-                tenant == "*" or _TENANT.fullmatch(tenant)
-            ):
+            if not _NAMESPACE.fullmatch(namespace) or not (tenant == "*" or valid_tenant(tenant)):
                 msg = f"PDFQUEUE_OPERATOR_NAMESPACE_TENANTS entry {entry[:80]!r} is not ns:tenant"
                 raise ValueError(msg)
             if namespace in mapping:
