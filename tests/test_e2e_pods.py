@@ -119,6 +119,54 @@ def _host_network() -> dict[str, object]:
     }
 
 
+OWNER_FILE = Path("/run/pdfqueue-real-node.owner")
+
+
+def test_a_node_that_died_leaves_nothing_for_the_next_one(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A node killed without `down` (its run cut off) leaves its mounts, its bridge and its
+    chains; the next node-check removes them and says so, so that the next node starts on the
+    host as it was. Runs before the module's node starts (and its host snapshot is taken)."""
+    required = pods_mode(request.config) == "required"
+    if os.geteuid() != 0:
+        _cannot_run("not root (containerd, runc, network namespaces, iptables)", required)
+    assert not OWNER_FILE.exists(), f"a real node runs here ({OWNER_FILE.read_text()})"
+    bridge = os.environ.get("PDFQUEUE_NODE_BRIDGE", "pdfq0")
+    dead = tmp_path / "dead"
+    volume = dead / "kubelet/root/pods/p/volumes/v"
+    (dead / "run").mkdir(parents=True)
+    volume.mkdir(parents=True)
+    try:
+        run("mount", "-t", "tmpfs", "tmpfs", volume)
+        OWNER_FILE.write_text(f"{dead}\n")
+        run("ip", "link", "add", bridge, "type", "bridge")
+        run("iptables", "-N", "PDFQ-FWD")
+        check = subprocess.run(
+            ["bash", str(KUBE_SH), "node-check", str(NODE_DIR)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=_node_env(),
+            timeout=900,
+        )
+        assert check.returncode == 0, check.stderr[-4000:]
+        assert f"no longer runs left mounts under {dead} bridge {bridge} chains PDFQ-*" in (
+            check.stderr
+        )
+        host = _host_network()
+        assert host["bridge"] is False
+        assert isinstance(host["chains"], list)
+        assert not [c for c in host["chains"] if c.startswith(":PDFQ")]
+        assert str(volume) not in Path("/proc/self/mounts").read_text()
+        assert not OWNER_FILE.exists()
+    finally:
+        subprocess.run(["umount", "-l", str(volume)], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+        subprocess.run(["iptables", "-X", "PDFQ-FWD"], capture_output=True, check=False)
+        OWNER_FILE.unlink(missing_ok=True)
+
+
 class PodsDriver(ClusterDriver):
     """tests/support/e2e/scenario.py's ClusterDriver for the release on the real node."""
 

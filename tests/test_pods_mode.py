@@ -14,7 +14,7 @@ import pytest
 from tests.support.chartfix import ROOT
 
 NOBODY = 65534
-PODS_TESTS = 9  # tests in tests/test_e2e_pods.py
+PODS_TESTS = 10  # tests in tests/test_e2e_pods.py
 
 
 def _as_nobody(argv: list[str]) -> list[str]:

@@ -87,6 +87,35 @@ node_prereqs() {
       node_cannot "another real node runs on this machine (state $other): stop it with tools/kube.sh down $other"
     fi
   fi
+  node_reclaim
+}
+
+# node_reclaim: a node that died without `down` (its processes killed, its run cut off) leaves
+# its kernel objects behind: mounts under its DIR, the bridge, our chains and kube-proxy's.
+# Remove them as `down` would have, and say so, before a node starts here (or a test notes the
+# host's state). Only a node of ours is recognised: its owner file, its bridge, its PDFQ chains.
+node_reclaim() {
+  local dead
+  dead="$(cat "$OWNER_FILE" 2>/dev/null || true)"
+  [ -n "$dead" ] && [ -d "$dead" ] || dead="$DIR"
+  if pid_alive "$dead/run/kubelet.pid" || pid_alive "$dead/run/containerd.pid"; then
+    return 0 # alive: ours to reuse (same DIR) or refused above (another)
+  fi
+  local left=()
+  [ -d "$dead/run" ] && awk -v d="$dead/" 'index($5, d) == 1 {found=1} END {exit !found}' \
+    /proc/self/mountinfo && left+=("mounts under $dead")
+  ip link show "$BRIDGE" >/dev/null 2>&1 && left+=("bridge $BRIDGE")
+  { iptables -S PDFQ-FWD || iptables -S PDFQ-IN; } >/dev/null 2>&1 && left+=("chains PDFQ-*")
+  [ ${#left[@]} -eq 0 ] && return 0
+  say "a real node that no longer runs left ${left[*]}: removing them as 'down' would"
+  (
+    DIR="$dead" PKI="$dead/pki" LOGS="$dead/logs" RUN="$dead/run"
+    mkdir -p "$LOGS" "$RUN"
+    node_down
+    node_unmount
+    [ -x "$BIN/kube-proxy" ] && "$BIN/kube-proxy" --cleanup >>"$LOGS/kube-proxy.log" 2>&1 || true
+    node_network_down
+  )
 }
 
 node_binaries() {
@@ -464,6 +493,14 @@ node_drain() {
   while [ $SECONDS -lt $deadline ] && [ -n "$(ctr_ tasks ls -q 2>/dev/null)" ]; do sleep 1; done
 }
 
+# node_unmount: every mount under DIR (pod volumes, container rootfs), deepest first.
+node_unmount() {
+  local m
+  for m in $(awk -v d="$DIR/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r); do
+    umount -l "$m" 2>/dev/null || true
+  done
+}
+
 node_down() {
   [ -d "$DIR/containerd" ] || [ -f "$RUN/kubelet.pid" ] || return 0
   # No controller recreates what the drain deletes.
@@ -491,10 +528,8 @@ node_down() {
     kill -KILL "$pid" 2>/dev/null || true
   done
   # Mounts under DIR (volumes, rootfs) and the network namespaces the CRI left.
+  node_unmount
   local m
-  for m in $(awk -v d="$DIR/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r); do
-    umount -l "$m" 2>/dev/null || true
-  done
   # Only namespaces that appeared while this node ran, and only empty ones.
   for m in /run/netns/cni-*; do
     [ -e "$m" ] || continue
