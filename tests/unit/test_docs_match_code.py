@@ -102,7 +102,7 @@ def test_every_variable_named_is_a_setting_or_a_listed_other_one() -> None:
         for name in re.findall(r"\bPDFQUEUE_[A-Z0-9_]*[A-Z0-9]", page.read_text())
         if name not in known
     }
-    assert sorted(unknown) == [], "no such setting in core/src/pdfqueue/domain/settings.py"
+    assert sorted(unknown) == [], "no such setting in core/src/pdfqueue/domain/settings/"
 
 
 @pytest.mark.parametrize("name", sorted(NOT_SETTINGS))

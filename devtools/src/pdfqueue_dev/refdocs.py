@@ -13,18 +13,18 @@ import inspect
 import json
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from pdfqueue.cli.main import EXIT_CODES, build_parser
-from pdfqueue.domain import settings as settings_module
 from pdfqueue.domain.advice import ADVICE, BATCH_ADVICE
 from pdfqueue.domain.errors import is_transient, transient_reasons
 from pdfqueue.domain.models import Outcome
 from pdfqueue.domain.names import MAX_MEMBER_NAME_BYTES
-from pdfqueue.domain.settings import Settings
+from pdfqueue.domain.settings import CONCERNS, Settings
 from pdfqueue.observability import metrics
 from pdfqueue.webhooks import MAX_URL_CHARS
 
@@ -67,27 +67,24 @@ def cell(text: str) -> str:
 
 
 def _field_docs() -> Iterator[tuple[str, str, str, str]]:
-    """(section, field name, type as written, docstring) of Settings, in source order."""
-    source = inspect.getsource(settings_module)
-    tree = ast.parse(source)
-    lines = source.splitlines()
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
-    section = ""
-    body = cls.body
-    for i, node in enumerate(body):
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        start = body[i - 1].end_lineno if i else cls.lineno
-        for line in lines[start : node.lineno - 1]:
-            found = re.match(r"\s*# --- (.*?) -*$", line)
-            if found:
-                # a section's pointer to its docs page is for readers of the code
-                section = re.sub(r"\s*\(docs/[^)]*\)", "", found.group(1))
-        nxt = body[i + 1] if i + 1 < len(body) else None
-        doc = ""
-        if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            doc = str(nxt.value.value)
-        yield section, node.target.id, _type(node.annotation), doc
+    """(section, field name, type as written, docstring) of Settings: one section per part
+    of it (`CONCERNS`, titled by the first line of its docstring), fields in source order."""
+    for part in CONCERNS:
+        source = textwrap.dedent(inspect.getsource(part))
+        cls = ast.parse(source).body[0]
+        assert isinstance(cls, ast.ClassDef)
+        title = (inspect.getdoc(part) or part.__name__).splitlines()[0].rstrip(".")
+        # a section's pointer to its docs page is for readers of the code
+        section = re.sub(r"\s*\(docs/[^)]*\)", "", title)
+        body = cls.body
+        for i, node in enumerate(body):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            nxt = body[i + 1] if i + 1 < len(body) else None
+            doc = ""
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+                doc = str(nxt.value.value)
+            yield section, node.target.id, _type(node.annotation), doc
 
 
 def _env_names(name: str) -> str:
@@ -141,7 +138,7 @@ def _default(name: str) -> str:
 
 def settings_page() -> str:
     out = [
-        header("Settings reference", "`core/src/pdfqueue/domain/settings.py`"),
+        header("Settings reference", "`core/src/pdfqueue/domain/settings/`"),
         "Every setting is an environment variable, read once at start by the one `Settings`"
         " class. AWS credentials use the standard `AWS_*` variables. A value that does not"
         " validate stops the process with the setting's name, never its value.\n",
@@ -368,7 +365,7 @@ def limits_page() -> str:
     out = [
         header(
             "Limits",
-            "`core/src/pdfqueue/domain/settings.py` and the constants named below",
+            "`core/src/pdfqueue/domain/settings/` and the constants named below",
         ),
         "What one batch may be, and what happens past each limit. The upload page, the CLI"
         " and the API all answer with the same words: an HTTP status and a `detail` that"
