@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-render k8s/base/pdfqueue.yaml from the Helm chart (tests/test_chart.py checks it is current).
+# Re-render k8s/base/pdfqueue.yaml from the Helm chart (tests/chart/test_chart_templates.py checks it is current).
 # Usage: k8s/render-base.sh [HELM]     (default: helm on PATH, else the tools cache)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

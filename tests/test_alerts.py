@@ -1,7 +1,7 @@
 """Every alert links to its runbook, and every alert has rule tests that fire it and keep it quiet.
 
 The rules file is read as Prometheus reads it; the chart's rewriting of runbook_url to
-monitoring.runbookBaseUrl is tested with the other renders in tests/test_chart.py.
+monitoring.runbookBaseUrl is tested with the other renders in tests/chart/test_chart_templates.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 import subprocess
@@ -148,3 +149,46 @@ def expand(value: str, env: dict[str, str]) -> str:
         return env.get(m.group(1), m.group(0))
 
     return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, value)
+
+
+PASSTHROUGH = {  # Kubernetes objects handed through as they are: their keys are not the chart's
+    "resources",
+    "podSecurityContext",
+    "containerSecurityContext",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "podAnnotations",
+    "podLabels",
+    "annotations",
+    "labels",
+    "commonLabels",
+    "extraEnv",
+    "apiTokens",
+    "namespaceTenants",  # maps whose keys are namespaces and tenants, checked by the schema
+    "tenantQuotas",
+    "tenantWeights",
+    "tenantInflightCaps",
+    "tenantDays",
+    "scripts",  # initdb scripts: file names the user chooses, checked by the schema
+    "updateStrategy",  # a Kubernetes DeploymentStrategy
+    "namespaceSelector",
+    "podSelector",
+}
+LABELS = {
+    "helm.sh/chart",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+}
+SELECTOR = {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"}
+WORKLOADS = ("Deployment", "StatefulSet")
+
+
+@functools.cache
+def render(variant: str, *args: str, namespace: str = "pdfqueue") -> Rendered:
+    """One `helm template` of a ci/ variant (cached: tests only read what it returns)."""
+    return Rendered.parse(template("-f", str(values_file(variant)), *args, namespace=namespace))
