@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import inspect
 import json
 import re
@@ -422,12 +423,92 @@ def limits_page() -> str:
     return "\n".join(out) + "\n"
 
 
+# --- where a module's tests are -----------------------------------------------------------
+
+SOURCE = Path(__file__).resolve().parents[3]
+"""The checkout whose code and tests the test map reads (ROOT is where pages are written)."""
+PRODUCT = {
+    "pdfqueue": SOURCE / "core/src/pdfqueue",
+    "pdfqueue_api": SOURCE / "api/src/pdfqueue_api",
+    "pdfqueue_worker": SOURCE / "worker/src/pdfqueue_worker",
+    "pdfqueue_operator": SOURCE / "operator/src/pdfqueue_operator",
+}
+"""The shipped packages and their folders: the modules the test map lists."""
+
+
+def _product_modules() -> dict[str, Path]:
+    """Every shipped module (dotted name -> file), package `__init__`s that hold code too."""
+    found: dict[str, Path] = {}
+    for package, folder in PRODUCT.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                if not ast.parse(path.read_text()).body[1:]:  # a docstring only
+                    continue
+                parts = parts[:-1]
+            found[".".join((package, *parts))] = path
+    return found
+
+
+def _defined_in(module: str, name: str) -> str:
+    """Where a name imported from `module` is defined: a submodule, or the module that a
+    package re-exports it from (`pdfqueue.lifecycle.Lifecycle` is `...transitions`)."""
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return module
+    if inspect.ismodule(value):
+        return value.__name__
+    return getattr(value, "__module__", None) or module
+
+
+def _imported_by(test: Path, modules: dict[str, Path]) -> set[str]:
+    """The shipped modules a test file imports directly (at its top or inside a test)."""
+    reached: set[str] = set()
+    for node in ast.walk(ast.parse(test.read_text())):
+        if isinstance(node, ast.Import):
+            reached.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            reached.update(_defined_in(node.module, a.name) for a in node.names)
+    return {m for m in reached if m in modules}
+
+
+def test_map_page() -> str:
+    modules = _product_modules()
+    tests: dict[str, list[str]] = {name: [] for name in modules}
+    for test in sorted((SOURCE / "tests").rglob("test_*.py")):
+        for module in _imported_by(test, modules):
+            tests[module].append(str(test.relative_to(SOURCE)))
+    out = [
+        header("Where a module's tests are", "the imports of `tests/`"),
+        "For each shipped module, the test files that import it directly. A module missing"
+        " here is reached only through others (its tests are those of its importers). Test"
+        " files under `tests/unit/` test one module's logic, without services; the others"
+        " are named by the guarantee they check and run on real services (see"
+        " [Tests](tests.md)).\n",
+    ]
+    for package, folder in PRODUCT.items():
+        out += [
+            f"\n## {package} (`{folder.relative_to(SOURCE)}`)\n",
+            "| module | tests |",
+            "|---|---|",
+        ]
+        for name, path in modules.items():
+            if name.split(".")[0] != package or not tests[name]:
+                continue
+            where = path.relative_to(folder)
+            files = ", ".join(f"`{t.removeprefix('tests/')}`" for t in tests[name])
+            out.append(f"| `{where}` | {files} |")
+    return "\n".join(out) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "docs/operations/settings.md": settings_page,
     "docs/operations/metrics.md": metrics_page,
     "docs/user-guide/cli-reference.md": cli_page,
     "docs/user-guide/outcomes.md": outcomes_page,
     "docs/user-guide/limits.md": limits_page,
+    "docs/development/test-map.md": test_map_page,
 }
 """Each generated page (relative to the repository root) and the function that writes it."""
 
