@@ -712,6 +712,9 @@ class Tour:
             "--timeout=180s",
             timeout=240,
         )
+        # The node's volumes that deleted claims released (Retain), of this namespace and of
+        # the releases before it, fresh again: eight, and each release claims three.
+        run("bash", KUBE_SH, "pvs", NODE_DIR, timeout=120, env=_node_env())
 
 
 @pytest.fixture

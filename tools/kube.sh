@@ -16,6 +16,9 @@
 #   tools/kube.sh node-check DIR   exit 0 if a real node can start here (installing the Debian
 #                            packages it needs); else say why: exit 3 if this machine cannot run
 #                            containers (not root, no cgroups...), 1 if a step failed
+#   tools/kube.sh pvs DIR    a real node's hostPath PersistentVolumes that deleted claims released
+#                            (Retain) become fresh, empty ones again, as a provisioner's Delete
+#                            would make them: the node has 8, and each release claims 3
 #   tools/kube.sh down DIR   stop everything started for DIR (state is kept)
 #   tools/kube.sh env DIR    print `export` lines (KUBECONFIG, PATH)
 #
@@ -37,7 +40,7 @@ NODES=(kwok-node-0 kwok-node-1)
 
 die() { echo "kube: ERROR: $*" >&2; exit 1; }
 say() { echo "kube: $*" >&2; }
-usage() { echo "usage: $0 up DIR [--real-node] | down DIR | env DIR | node-check DIR" >&2; exit 2; }
+usage() { echo "usage: $0 up DIR [--real-node] | down DIR | env DIR | node-check DIR | pvs DIR" >&2; exit 2; }
 
 # proc_alive, pid_alive, stop_pidfile
 # shellcheck source=tools/lib.sh
@@ -377,5 +380,6 @@ case "$cmd" in
   down) down ;;
   env) print_env ;;
   node-check) node_prereqs && echo "real node: prerequisites met" ;;
+  pvs) [ "$(cat "$DIR/mode" 2>/dev/null)" = real ] || die "$DIR holds no real node"; node_pvs ;;
   *) usage ;;
 esac
