@@ -16,6 +16,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
     import uvicorn
     from pydantic import ValidationError
 
@@ -23,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from pdfqueue.domain.settings import Settings
     from pdfqueue.observability.logging import setup_logging
     from pdfqueue.observability.tracing import setup_tracing
+    from pdfqueue.runtime.preflight import refuse_untrusted
     from pdfqueue_api.app import create_app
     from pdfqueue_api.protocol import HttpLimits, protocol_class
 
@@ -30,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = Settings()
         app = create_app(settings)
+        asyncio.run(refuse_untrusted(settings))  # a store's certificate: say so, and stop
     except (ValidationError, ConfigurationError) as exc:
         # Settings errors never carry a value (see Settings.model_config): safe to print.
         print(f"pdfqueue api: refusing to start: {exc}", file=sys.stderr)

@@ -24,11 +24,13 @@ def run(args: argparse.Namespace) -> int:
 
     from pdfqueue.domain.settings import Settings
     from pdfqueue.observability.logging import setup_logging
+    from pdfqueue.runtime.preflight import refuse_untrusted
     from pdfqueue_operator import process
 
     setup_logging()
     importlib.import_module("pdfqueue_operator")  # registers the handlers
     settings = Settings()
+    asyncio.run(refuse_untrusted(settings))  # a store's certificate: say so, and stop
     return asyncio.run(
         process.run(settings, namespaces=args.namespace or (), standalone=args.standalone)
     )
