@@ -16,8 +16,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-
     import uvicorn
     from pydantic import ValidationError
 
@@ -25,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from pdfqueue.domain.settings import Settings
     from pdfqueue.observability.logging import setup_logging
     from pdfqueue.observability.tracing import setup_tracing
-    from pdfqueue.runtime.preflight import refuse_untrusted
+    from pdfqueue.runtime.preflight import start_refused
     from pdfqueue_api.app import create_app
     from pdfqueue_api.protocol import HttpLimits, protocol_class
 
@@ -33,10 +31,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = Settings()
         app = create_app(settings)
-        asyncio.run(refuse_untrusted(settings))  # a store's certificate: say so, and stop
     except (ValidationError, ConfigurationError) as exc:
         # Settings errors never carry a value (see Settings.model_config): safe to print.
         print(f"pdfqueue api: refusing to start: {exc}", file=sys.stderr)
+        return 2
+    if start_refused(settings, "api"):  # a store's certificate: say so, and stop
         return 2
     setup_tracing("pdfqueue-api", export=settings.export_traces)
     limits = HttpLimits.from_settings(settings)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 
 from pdfqueue.domain.errors import CertificateRejected, PdfQueueError
 from pdfqueue.domain.settings import Settings
@@ -63,3 +64,15 @@ async def _storage(settings: Settings) -> None:
         await storage.check()
     finally:
         await storage.aclose()
+
+
+def start_refused(settings: Settings, command: str) -> bool:
+    """For a process's command line: run `refuse_untrusted` before anything starts; if a
+    store is refused, say `pdfqueue <command>: refusing to start: <why>` on stderr and
+    answer True (the command exits 2, as for settings it cannot run with)."""
+    try:
+        asyncio.run(refuse_untrusted(settings))
+    except CertificateRejected as exc:
+        print(f"pdfqueue {command}: refusing to start: {exc}", file=sys.stderr)
+        return True
+    return False

@@ -11,6 +11,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 from redis import exceptions as rx
+from urllib3.util.ssl_match_hostname import CertificateError as HostnameMismatch
 
 from pdfqueue.domain.errors import (
     CertificateRejected,
@@ -80,11 +81,17 @@ def tls_failure(exc: BaseException) -> str | None:
         if id(cause) in seen:
             continue
         seen.add(id(cause))
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return str(cause.verify_message or cause.reason or "certificate verify failed")
-        if isinstance(cause, ssl.SSLError) and not isinstance(cause, ssl.SSLEOFError):
-            return f"TLS handshake failed: {cause.reason or type(cause).__name__}"
-        wrapped = [cause.__cause__, cause.__context__, *cause.args]
+        # aiohttp's certificate error is one too, without the attributes: its own comes next
+        inner = getattr(cause, "certificate_error", None)
+        if inner is None and isinstance(cause, ssl.SSLCertVerificationError):
+            reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None)
+            return str(reason or "certificate verify failed")
+        if isinstance(cause, HostnameMismatch):  # urllib3's own check (boto3's connections)
+            return f"Hostname mismatch: {cause}"
+        handshake = isinstance(cause, ssl.SSLError) and not isinstance(cause, ssl.SSLEOFError)
+        if inner is None and handshake:
+            return f"TLS handshake failed: {getattr(cause, 'reason', None) or type(cause).__name__}"
+        wrapped = [inner, cause.__cause__, cause.__context__, *cause.args]
         wrapped += list(getattr(cause, "kwargs", {}).values())  # botocore's `error=`
         todo += [w for w in wrapped if isinstance(w, BaseException)]
     return None
