@@ -332,6 +332,7 @@ def _settings_from_env(env: dict[str, str]) -> Settings:
 
 
 TOKENS_FILE = "/run/secrets/pdfqueue/api-tokens"
+TLS_DIR = "/etc/pdfqueue/tls/"
 
 
 def _pdfqueue_env(
@@ -348,7 +349,46 @@ def _pdfqueue_env(
         ours["PDFQUEUE_API_TOKENS_FILE"] = str(copy)
         if tokens.startswith("<existing "):
             del ours["PDFQUEUE_API_TOKENS_FILE"]
+    # a CA bundle or client certificate: mounted where the variable says, a stand-in here
+    spec = workload["spec"]["template"]["spec"]
+    (mine,) = (c for c in spec["containers"] if c["name"] == container)
+    mounted = {m["mountPath"] for m in mine.get("volumeMounts", [])}
+    for name, path in list(ours.items()):
+        if name.endswith("_FILE") and path.startswith(TLS_DIR):
+            assert str(Path(path).parent) in mounted, (workload["metadata"]["name"], name)
+            stand_in = files / f"{workload['metadata']['name']}-{container}-{name}"
+            stand_in.write_text("mounted from a Secret")
+            ours[name] = str(stand_in)
     return {k: v for k, v in ours.items() if not v.startswith("<existing ")}
+
+
+def test_every_pdfqueue_pod_mounts_the_stores_ca_bundles_where_its_settings_say() -> None:
+    """tls.*: each named Secret is a volume of every pod that reaches the stores (API, worker,
+    operator, the migrate Job and the purge CronJob), mounted at /etc/pdfqueue/tls/<store>/,
+    and the shared settings name the files in it; the database's bundle is for its URL."""
+    rendered = render("external")
+    config = rendered.one("ConfigMap", "-config")["data"]
+    assert config["PDFQUEUE_REDIS_CA_FILE"] == TLS_DIR + "redis/ca.crt"
+    assert config["PDFQUEUE_REDIS_CERT_FILE"] == TLS_DIR + "redis-client/tls.crt"
+    assert config["PDFQUEUE_REDIS_KEY_FILE"] == TLS_DIR + "redis-client/tls.key"
+    assert config["PDFQUEUE_S3_CA_FILE"] == TLS_DIR + "s3/ca.crt"
+    secrets = {"tls-redis": "redis-ca", "tls-redis-client": "redis-client-cert"}
+    secrets |= {"tls-postgresql": "rds-ca", "tls-s3": "private-ca"}
+    pods = [w["spec"]["template"]["spec"] for w in rendered.all("Deployment") + rendered.all("Job")]
+    pods += [c["spec"]["jobTemplate"]["spec"]["template"]["spec"] for c in rendered.all("CronJob")]
+    pdfqueue = [p for p in pods if any(c.get("envFrom") for c in p["containers"])]
+    assert len(pdfqueue) >= 5
+    for pod in pdfqueue:
+        volumes = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        assert {k: volumes.get(k) for k in secrets} == secrets
+        (db,) = (v for v in pod["volumes"] if v["name"] == "tls-postgresql")
+        assert db["secret"]["items"] == [{"key": "global-bundle.pem", "path": "ca.crt"}]
+        for container in pod["containers"]:
+            mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+            for store in ("redis", "redis-client", "postgresql", "s3"):
+                assert mounts[f"tls-{store}"] == TLS_DIR + store
+    for name in secrets:  # nothing of it without tls.*
+        assert f"name: {name}\n" not in template("-f", str(values_file("default")))
 
 
 def test_env_is_made_of_real_settings_and_parses(tmp_path: Path) -> None:
@@ -526,6 +566,7 @@ def test_bundled_service_urls_are_composed_from_secrets(tmp_path: Path) -> None:
     env = external.container_env(external.one("Deployment", "-worker"), "worker", existing_ok=True)
     assert (
         env["PDFQUEUE_DATABASE_URL"] == "postgresql://app:app-password@db.example.internal:5432/app"
+        "?sslmode=verify-full&sslrootcert=/etc/pdfqueue/tls/postgresql/ca.crt"
     )
     assert env["PDFQUEUE_STORAGE_URL"] == "s3://pdfqueue-ci/tenant-a/uploads"
     assert env["PDFQUEUE_USERS_TABLE"] == "public.users"

@@ -23,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from pdfqueue.domain.settings import Settings
     from pdfqueue.observability.logging import setup_logging
     from pdfqueue.observability.tracing import setup_tracing
+    from pdfqueue.runtime.preflight import start_refused
     from pdfqueue_api.app import create_app
     from pdfqueue_api.protocol import HttpLimits, protocol_class
 
@@ -33,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValidationError, ConfigurationError) as exc:
         # Settings errors never carry a value (see Settings.model_config): safe to print.
         print(f"pdfqueue api: refusing to start: {exc}", file=sys.stderr)
+        return 2
+    if start_refused(settings, "api"):  # a store's certificate: say so, and stop
         return 2
     setup_tracing("pdfqueue-api", export=settings.export_traces)
     limits = HttpLimits.from_settings(settings)

@@ -470,3 +470,44 @@ retention.days, or use an external database sized for it.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The CA bundles (and Redis client certificate) of tls.*, as a pod's volumes and a container's
+volumeMounts, at /etc/pdfqueue/tls/<store>/: empty when no Secret is named. Call with $.
+*/}}
+{{- define "pdfqueue.tls.volumes" -}}
+{{- range $store := list "redis" "postgresql" "s3" }}
+{{- with index $.Values.tls $store }}
+{{- if .caSecret }}
+- name: tls-{{ $store }}
+  secret:
+    secretName: {{ .caSecret }}
+    items:
+      - key: {{ .caKey }}
+        path: ca.crt
+    defaultMode: 0444
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.tls.redis.clientSecret }}
+- name: tls-redis-client
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{- define "pdfqueue.tls.mounts" -}}
+{{- range $store := list "redis" "postgresql" "s3" }}
+{{- if (index $.Values.tls $store).caSecret }}
+- name: tls-{{ $store }}
+  mountPath: /etc/pdfqueue/tls/{{ $store }}
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- if .Values.tls.redis.clientSecret }}
+- name: tls-redis-client
+  mountPath: /etc/pdfqueue/tls/redis-client
+  readOnly: true
+{{- end }}
+{{- end }}

@@ -24,11 +24,14 @@ def run(args: argparse.Namespace) -> int:
 
     from pdfqueue.domain.settings import Settings
     from pdfqueue.observability.logging import setup_logging
+    from pdfqueue.runtime.preflight import start_refused
     from pdfqueue_operator import process
 
     setup_logging()
     importlib.import_module("pdfqueue_operator")  # registers the handlers
     settings = Settings()
+    if start_refused(settings, "operator"):  # a store's certificate: say so, and stop
+        return 2
     return asyncio.run(
         process.run(settings, namespaces=args.namespace or (), standalone=args.standalone)
     )

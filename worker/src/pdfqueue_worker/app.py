@@ -12,7 +12,6 @@ from signal import Signals
 from typing import Any
 
 from arq import Worker, func
-from arq.connections import RedisSettings
 
 from pdfqueue.domain.errors import DatabaseSchemaError, DatabaseUnavailable
 from pdfqueue.domain.settings import Settings
@@ -22,6 +21,7 @@ from pdfqueue.recovery import reconcile_at_start, reconcile_if_reset, reconcile_
 from pdfqueue.runtime.connections import Stores, worker_role
 from pdfqueue.runtime.queue_gauges import QueueGauges
 from pdfqueue.runtime.store_gauges import StoreGauges
+from pdfqueue.stores.redis.client import arq_settings
 from pdfqueue.stores.redis.fair_dispatch import Dispatcher, dispatch_ticker
 from pdfqueue.stores.redis.queue import check_durability, deserialize, serialize, worker_lost_redis
 from pdfqueue_worker import heartbeat
@@ -196,7 +196,7 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
             ),
         ],
         # Workers wait for Redis to come back (producers, by contrast, fail fast).
-        "redis_settings": replace(RedisSettings.from_dsn(settings.redis_url), conn_retries=120),
+        "redis_settings": arq_settings(settings),
         "queue_name": settings.queue_name,
         "max_jobs": settings.max_jobs,
         "poll_delay": settings.worker_poll_delay_s,

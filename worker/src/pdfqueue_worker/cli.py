@@ -23,12 +23,15 @@ def run(args: argparse.Namespace) -> int:
 
     from pdfqueue.observability import metrics
     from pdfqueue.observability.tracing import setup_tracing
+    from pdfqueue.runtime.preflight import start_refused
     from pdfqueue_worker.app import build_worker, supervise
 
     setup_logging()
     settings = Settings()
     if args.concurrency:
         settings = settings.model_copy(update={"worker_max_jobs": args.concurrency})
+    if start_refused(settings, "worker"):  # a store's certificate: say so, and stop
+        return 2
     setup_tracing("pdfqueue-worker", export=settings.export_traces)
     metrics.register("worker")
     metrics.serve(settings.metrics_port)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from arq import Worker, func
-from arq.connections import RedisSettings
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.settings import Settings
 from pdfqueue.observability.periodic import Periodic
+from pdfqueue.stores.redis.client import arq_settings
 from pdfqueue.stores.redis.fair_dispatch import Dispatcher, dispatch_ticker, pending_jobs
 from pdfqueue.stores.redis.queue import deserialize, serialize
 from pdfqueue_worker.deps import Deps
@@ -45,7 +45,7 @@ def build_delivery_worker(settings: Settings, deps: Deps) -> Worker:
             )
         ],
         queue_name=keys.delivery_queue(settings.queue_name),
-        redis_settings=replace(RedisSettings.from_dsn(settings.redis_url), conn_retries=120),
+        redis_settings=arq_settings(settings),
         max_jobs=settings.webhook_concurrency,
         poll_delay=max(settings.worker_poll_delay_s, MIN_POLL_DELAY_S),
         keep_result=settings.batch_ttl_s,

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from pdfqueue.domain.errors import SchemaNotReady
+from pdfqueue.domain.errors import CertificateRejected, SchemaNotReady
 from pdfqueue.stores.postgres import schema
 from pdfqueue.stores.postgres.pool import ping
 from pdfqueue_api.dependencies import Connections
@@ -26,8 +26,8 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", include_in_schema=False)
 async def readyz(stores: Connections) -> JSONResponse:
-    """ok/error per dependency; anyone may ask, so the why goes to the log only (but for
-    the schema's versions)."""
+    """ok/error per dependency; anyone may ask, so the why goes to the log only, but for
+    the schema's versions and a store's certificate that does not verify (its reason)."""
     checks = {
         "redis": stores.lifecycle.ping(),
         "postgresql": ping(stores.pool),
@@ -40,15 +40,23 @@ async def readyz(stores: Connections) -> JSONResponse:
     )
     report: dict[str, str] = {}
     for name, result in zip(checks, results, strict=True):
-        failed = isinstance(result, BaseException)
-        # a schema too old or too new says so: versions only, and the operator's next step
-        report[name] = (
-            str(result) if isinstance(result, SchemaNotReady) else "error" if failed else "ok"
-        )
-        if failed:
+        if isinstance(result, BaseException):
+            report[name] = _state(result)
             log.warning("readiness: %s failed: %r", name, result)
+        else:
+            report[name] = "ok"
     ready = all(v == "ok" for v in report.values())
     return JSONResponse(report, status_code=200 if ready else 503)
+
+
+def _state(failure: BaseException) -> str:
+    """What /readyz says of a failed check: the schema's versions and the operator's next
+    step, or a certificate's reason; else only that it failed."""
+    if isinstance(failure, SchemaNotReady):
+        return str(failure)
+    if isinstance(failure, CertificateRejected):
+        return f"error: {failure.public_detail()}"
+    return "error"
 
 
 @router.get("/metrics", include_in_schema=False)

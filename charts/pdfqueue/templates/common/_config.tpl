@@ -32,6 +32,16 @@ PDFQUEUE_STORAGE_URL: {{ include "pdfqueue.storageUrl" . | quote }}
 PDFQUEUE_S3_ENDPOINT_URL: {{ . | quote }}
 {{- end }}
 PDFQUEUE_S3_PATH_STYLE: {{ .Values.storage.pathStyle | quote }}
+{{- if .Values.tls.redis.caSecret }}
+PDFQUEUE_REDIS_CA_FILE: "/etc/pdfqueue/tls/redis/ca.crt"
+{{- end }}
+{{- if .Values.tls.redis.clientSecret }}
+PDFQUEUE_REDIS_CERT_FILE: "/etc/pdfqueue/tls/redis-client/tls.crt"
+PDFQUEUE_REDIS_KEY_FILE: "/etc/pdfqueue/tls/redis-client/tls.key"
+{{- end }}
+{{- if .Values.tls.s3.caSecret }}
+PDFQUEUE_S3_CA_FILE: "/etc/pdfqueue/tls/s3/ca.crt"
+{{- end }}
 PDFQUEUE_S3_CREATE_BUCKET: {{ .Values.storage.createBucket | quote }}
 PDFQUEUE_UPLOADS_EXPIRE_DAYS: {{ .Values.storage.uploadsExpireDays | int64 | quote }}
 {{- /* Retention: the purge CronJob applies it, the API and workers read the same values. */}}

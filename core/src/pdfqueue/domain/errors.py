@@ -343,6 +343,24 @@ class DependencyMisconfigured(ConfigurationError, TransientError):
         return f"{self.service} refused pdfqueue's credentials: the deployment needs fixing"
 
 
+class CertificateRejected(DependencyMisconfigured):
+    """A store's TLS certificate did not verify (a wrong or missing CA, an expired
+    certificate, a host name it does not name) or the TLS handshake failed: a deployment to
+    fix, named with the store and the reason at start, never retried as an outage."""
+
+    def __init__(self, service: str, reason: str) -> None:
+        ConfigurationError.__init__(
+            self,
+            f"{service}: TLS certificate not accepted: {reason} (check the store's CA file"
+            " and that its URL names a host its certificate is for)",
+        )
+        self.service = service
+        self.why = reason
+
+    def public_detail(self) -> str:
+        return f"{self.service}: TLS certificate not accepted: {self.why}"
+
+
 class ObjectNotFound(PermanentError):
     http_status = 404
     reason = "upload_gone"

@@ -25,6 +25,7 @@ from pdfqueue.stores.postgres.files import FileStore
 from pdfqueue.stores.postgres.pool import UsersTable, connect
 from pdfqueue.stores.postgres.retention import RetentionStore
 from pdfqueue.stores.postgres.users import UserStore
+from pdfqueue.stores.redis.client import open_redis
 from pdfqueue.stores.storage import Storage
 
 
@@ -99,10 +100,10 @@ class Stores:
         scheme), what this opened is closed before the error propagates."""
         own = redis is None
         if redis is None:
-            redis = Redis.from_url(
-                settings.redis_url,
-                socket_connect_timeout=role.redis_connect_timeout_s,
-                socket_timeout=role.redis_timeout_s,
+            redis = open_redis(
+                settings,
+                connect_timeout_s=role.redis_connect_timeout_s,
+                timeout_s=role.redis_timeout_s,
             )
         opened = AsyncExitStack()
         if own:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+import ssl
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 from redis import exceptions as rx
+from urllib3.util.ssl_match_hostname import CertificateError as HostnameMismatch
 
 from pdfqueue.domain.errors import (
+    CertificateRejected,
     DatabaseRejected,
     DatabaseSchemaError,
     DatabaseUnavailable,
@@ -65,9 +68,40 @@ _PG_DATA_CLASSES = frozenset({"22", "23", "54"})
 """Data, integrity, program limits: the value sent is at fault."""
 
 
+def tls_failure(exc: BaseException) -> str | None:
+    """Why TLS with a store failed, if that is what `exc` says, or what it wraps (drivers
+    wrap the `ssl` error: as the cause or context, or as an argument, as botocore and
+    urllib3 do): the certificate check's reason (`certificate has expired`, `Hostname
+    mismatch, ...`, `unable to get local issuer certificate`) or the handshake's. None for
+    anything else. Neither names a secret."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        cause = todo.pop(0)
+        if id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        # aiohttp's certificate error is one too, without the attributes: its own comes next
+        inner = getattr(cause, "certificate_error", None)
+        if inner is None and isinstance(cause, ssl.SSLCertVerificationError):
+            reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None)
+            return str(reason or "certificate verify failed")
+        if isinstance(cause, HostnameMismatch):  # urllib3's own check (boto3's connections)
+            return f"Hostname mismatch: {cause}"
+        handshake = isinstance(cause, ssl.SSLError) and not isinstance(cause, ssl.SSLEOFError)
+        if inner is None and handshake:
+            return f"TLS handshake failed: {getattr(cause, 'reason', None) or type(cause).__name__}"
+        wrapped = [inner, cause.__cause__, cause.__context__, *cause.args]
+        wrapped += list(getattr(cause, "kwargs", {}).values())  # botocore's `error=`
+        todo += [w for w in wrapped if isinstance(w, BaseException)]
+    return None
+
+
 def postgres_error(exc: BaseException) -> PdfQueueError:
     """The pdfqueue error for one of asyncpg's (or the socket's): by SQLSTATE when the server
     answered one (`classify_sqlstate`), else PostgreSQL is out of reach."""
+    if (tls := tls_failure(exc)) is not None:
+        return CertificateRejected("postgresql", tls)
     sqlstate = getattr(exc, "sqlstate", None)
     if isinstance(exc, asyncpg.PostgresError) and isinstance(sqlstate, str) and sqlstate:
         return classify_sqlstate(sqlstate, type(exc).__name__)
@@ -121,6 +155,25 @@ _REDIS_TRANSIENT = (
 )
 
 
+_REDIS_REFUSED = (
+    rx.AuthenticationError,
+    rx.AuthorizationError,
+    rx.NoPermissionError,
+    rx.AuthenticationWrongNumberOfArgsError,
+)
+"""Credentials or rights refused: a deployment to fix."""
+_REDIS_OUTAGE = (
+    *_REDIS_TRANSIENT,
+    rx.OutOfMemoryError,
+    rx.ReadOnlyError,
+    rx.NoScriptError,
+    rx.TryAgainError,
+    rx.ClusterDownError,
+    rx.AskError,
+)
+"""A server down, full, loading, failing over or resharding: passes later."""
+
+
 def redis_connection_lost(exc: BaseException) -> bool:
     """Whether redis-py says its connection dropped: a ConnectionError or TimeoutError, or the
     WatchError it raises instead, while handling one, when that connection held a WATCH
@@ -136,20 +189,14 @@ def redis_error(exc: BaseException) -> PdfQueueError:
     credentials, `RedisUnavailable` for a server down, full, loading or failing over,
     `RedisRejected` for a command refused for what it is (WRONGTYPE, a script's own error,
     bad arguments). The detail is the reply's first word or the class name, never the reply."""
+    if (tls := tls_failure(exc)) is not None:
+        return CertificateRejected("redis", tls)
     prefix = _reply_prefix(exc)
     name = type(exc).__name__
     detail = f"{name} ({prefix})" if prefix else name
-    if isinstance(exc, (rx.AuthenticationError, rx.AuthorizationError, rx.NoPermissionError)):
+    if isinstance(exc, _REDIS_REFUSED) or prefix in _REDIS_ACCESS_PREFIXES:
         return DependencyMisconfigured("redis", detail)
-    if isinstance(exc, rx.AuthenticationWrongNumberOfArgsError) or (
-        prefix in _REDIS_ACCESS_PREFIXES
-    ):
-        return DependencyMisconfigured("redis", detail)
-    if isinstance(exc, _REDIS_TRANSIENT) or prefix in _REDIS_TRANSIENT_PREFIXES:
-        return RedisUnavailable(detail)
-    if isinstance(exc, (rx.OutOfMemoryError, rx.ReadOnlyError, rx.NoScriptError)):
-        return RedisUnavailable(detail)
-    if isinstance(exc, (rx.TryAgainError, rx.ClusterDownError, rx.AskError)):
+    if isinstance(exc, _REDIS_OUTAGE) or prefix in _REDIS_TRANSIENT_PREFIXES:
         return RedisUnavailable(detail)
     return RedisRejected(detail)
 

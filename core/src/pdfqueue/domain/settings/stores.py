@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Self
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -38,8 +48,20 @@ class StoreSettings(BaseModel):
     """Redis holding the arq queue and live batch state. Must be `noeviction` with AOF."""
     redis_strict: bool = False
     """Refuse to start (instead of warning) when Redis is not `noeviction` with AOF on."""
+    redis_ca_file: str | None = None
+    """CA certificates (PEM) that a `rediss://` Redis's certificate must chain to (a private
+    CA, a managed service's bundle); unset, the system's. Over `rediss://` the certificate
+    and the host name in the URL are always verified. An ACL user goes in the URL:
+    `rediss://pdfqueue@host:6380/0`, its password in `redis_password`."""
+    redis_cert_file: str | None = None
+    """Client certificate (PEM) for a Redis that asks for one (`tls-auth-clients`); with
+    `redis_key_file`."""
+    redis_key_file: str | None = None
+    """The key of `redis_cert_file` (PEM, unencrypted)."""
     database_url: str = "postgresql://pdfqueue:pdfqueue@127.0.0.1:5432/pdfqueue"
-    """PostgreSQL holding the durable record and the host application's users table."""
+    """PostgreSQL holding the durable record and the host application's users table. TLS as
+    libpq spells it in the URL: `?sslmode=verify-full&sslrootcert=/ca.pem` (and `sslcert`,
+    `sslkey` for a client certificate)."""
     redis_password: SecretStr | None = None
     """Password put into a `redis_url` that carries none (e.g. from a Kubernetes Secret, while
     the URL sits in a ConfigMap). URL-safe characters only: `A-Z a-z 0-9 - . _ ~`."""
@@ -53,6 +75,12 @@ class StoreSettings(BaseModel):
     """Address buckets by path (`endpoint/bucket/key`), which every S3-compatible server accepts."""
     s3_create_bucket: bool = True
     """Let `pdfqueue migrate` create the bucket when it does not exist."""
+    s3_ca_file: str | None = Field(
+        default=None, validation_alias=AliasChoices("PDFQUEUE_S3_CA_FILE", "AWS_CA_BUNDLE")
+    )
+    """CA certificates (PEM) that an `https://` S3 endpoint's certificate must chain to, for
+    both ways pdfqueue reaches S3 (boto3, and the native requests of the per-PDF path);
+    unset, the system's. `AWS_CA_BUNDLE` is read too, as boto3 would."""
     users_table: str = "users"
     """The host application's table with columns `id`, `email`, `pdf_url`."""
     users_tenant_column: str | None = None
@@ -71,6 +99,22 @@ class StoreSettings(BaseModel):
                 url = data.get(f"{service}_url") or cls.model_fields[f"{service}_url"].default
                 data = {**data, f"{service}_url": _with_password(service, str(url), password)}
         return data
+
+    @field_validator("redis_ca_file", "redis_cert_file", "redis_key_file", "s3_ca_file")
+    @classmethod
+    def _check_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not Path(value).is_file():
+            name = "PDFQUEUE_" + str(info.field_name).upper()
+            msg = f"{name}: no such file: {value}"  # a path, not a secret
+            raise ValueError(msg)
+        return value
+
+    @model_validator(mode="after")
+    def _check_client_certificate(self) -> Self:
+        if (self.redis_cert_file is None) != (self.redis_key_file is None):
+            msg = "PDFQUEUE_REDIS_CERT_FILE and PDFQUEUE_REDIS_KEY_FILE go together: set both"
+            raise ValueError(msg)
+        return self
 
     @field_validator("users_table")
     @classmethod

@@ -64,6 +64,7 @@ class Storage:
                 backend.location.bucket,
                 backend.location.prefix,
                 connections=threads,
+                ca_file=backend.ca_file,
             )
             if isinstance(backend, S3Backend)
             else None

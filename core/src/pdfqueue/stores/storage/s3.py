@@ -66,7 +66,11 @@ class S3Backend:
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        self.client: Any = boto3.client("s3", endpoint_url=settings.s3_endpoint_url, config=config)
+        self.ca_file = settings.s3_ca_file
+        """CA certificates an https endpoint's certificate must chain to (None: the system's)."""
+        self.client: Any = boto3.client(
+            "s3", endpoint_url=settings.s3_endpoint_url, config=config, verify=self.ca_file
+        )
         self.create_bucket_allowed = settings.s3_create_bucket
 
     def _key(self, key: str) -> str:

@@ -11,12 +11,14 @@ from botocore.exceptions import (
 )
 
 from pdfqueue.domain.errors import (
+    CertificateRejected,
     DependencyMisconfigured,
     ObjectNotFound,
     PdfQueueError,
     StorageError,
     StorageRejected,
 )
+from pdfqueue.stores.driver_errors import tls_failure
 
 NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 """A missing object (a HEAD answers a bare 404, without a body to carry a code)."""
@@ -98,6 +100,8 @@ def botocore_error(exc: BotoCoreError) -> PdfQueueError:
     """botocore's own errors: missing credentials or region are a configuration to fix, a
     parameter it refuses to send is permanent, the rest (connect, read, SSL) transient."""
     name = type(exc).__name__
+    if (tls := tls_failure(exc)) is not None:
+        return CertificateRejected("S3", tls)
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError, NoRegionError)):
         return DependencyMisconfigured("storage", name)
     if isinstance(exc, ParamValidationError):

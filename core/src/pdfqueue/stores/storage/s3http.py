@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import random
 import re
+import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -17,7 +18,8 @@ from botocore.exceptions import BotoCoreError, NoCredentialsError
 from botocore.utils import percent_encode
 from yarl import URL
 
-from pdfqueue.domain.errors import StorageError
+from pdfqueue.domain.errors import CertificateRejected, StorageError
+from pdfqueue.stores.driver_errors import tls_failure
 from pdfqueue.stores.storage.s3errors import (
     botocore_error,
     error_code,
@@ -153,8 +155,19 @@ class AsyncS3:
     The session is created by the first call and belongs to that event loop; `aclose` ends it.
     """
 
-    def __init__(self, client: Any, bucket: str, prefix: str, *, connections: int) -> None:
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        prefix: str,
+        *,
+        connections: int,
+        ca_file: str | None = None,
+    ) -> None:
         self.client = client
+        self.tls = ssl.create_default_context(cafile=ca_file)
+        """As boto3 verifies: the certificate against `ca_file` (else the system's CAs) and
+        the endpoint's host name."""
         self.bucket = bucket
         self.prefix = prefix
         self.connections = connections
@@ -199,7 +212,7 @@ class AsyncS3:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.connections),
+                connector=aiohttp.TCPConnector(limit=self.connections, ssl=self.tls),
                 # as the boto3 Config: 2 s to connect, 15 s between bytes read
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=2, sock_read=15),
                 auto_decompress=False,  # object bytes as stored, as boto3 returns them
@@ -241,6 +254,8 @@ class AsyncS3:
                     method, URL(url, encoded=True), data=body or None, headers=signed
                 ) as response:
                     status, data = response.status, await response.read()
+            except aiohttp.ClientSSLError as exc:  # no retry cures a certificate
+                raise CertificateRejected("S3", tls_failure(exc) or str(exc)) from exc
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if attempt < MAX_ATTEMPTS:
                     await asyncio.sleep(_backoff(attempt, throttled=False))

@@ -1,0 +1,78 @@
+"""Before a process takes work: are its stores reachable as configured?
+
+A store that does not answer yet is the process's own wait to handle (PostgreSQL starting
+beside it, Redis restarting), and so are the credentials and schema checks each process
+makes as it waits (a bucket or database being created). A store whose TLS certificate does
+not verify (a wrong or missing CA, an expired certificate, a host name it is not for) never
+gets better by waiting, so the process stops at once and says which store and why, instead
+of retrying for minutes with the cause in a log line among many.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from pdfqueue.domain.errors import CertificateRejected, PdfQueueError
+from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.postgres.pool import connect
+from pdfqueue.stores.redis.client import open_redis, ping
+from pdfqueue.stores.storage import Storage
+
+log = logging.getLogger(__name__)
+PREFLIGHT_TIMEOUT_S = 2.0
+"""Each store's look at most: a store that takes longer is one the process waits for."""
+
+
+async def refuse_untrusted(settings: Settings, *, storage: bool = True) -> None:
+    """Raise CertificateRejected for the first of Redis, PostgreSQL and (with `storage`) S3
+    whose TLS does not verify; anything else (a store down, a refusal the process's own wait
+    reports) is logged and left to the process."""
+    checks = [("redis", _redis(settings)), ("postgresql", _postgres(settings))]
+    if storage:
+        checks.append(("storage", _storage(settings)))
+    for name, check in checks:
+        try:
+            await asyncio.wait_for(check, PREFLIGHT_TIMEOUT_S)
+        except CertificateRejected:
+            for _, rest in checks:
+                rest.close()  # the checks not awaited yet
+            raise
+        except (PdfQueueError, TimeoutError) as exc:
+            log.info("%s is not ready yet (%s): the process waits for it", name, exc)
+
+
+async def _redis(settings: Settings) -> None:
+    redis = open_redis(
+        settings, connect_timeout_s=PREFLIGHT_TIMEOUT_S, timeout_s=PREFLIGHT_TIMEOUT_S
+    )
+    try:
+        await ping(redis)
+    finally:
+        await redis.aclose()
+
+
+async def _postgres(settings: Settings) -> None:
+    pool = await connect(settings.database_url, min_size=1, max_size=1)
+    await pool.close()
+
+
+async def _storage(settings: Settings) -> None:
+    storage = Storage.from_settings(settings, threads=1)
+    try:
+        await storage.check()
+    finally:
+        await storage.aclose()
+
+
+def start_refused(settings: Settings, command: str) -> bool:
+    """For a process's command line: run `refuse_untrusted` before anything starts; if a
+    store is refused, say `pdfqueue <command>: refusing to start: <why>` on stderr and
+    answer True (the command exits 2, as for settings it cannot run with)."""
+    try:
+        asyncio.run(refuse_untrusted(settings))
+    except CertificateRejected as exc:
+        print(f"pdfqueue {command}: refusing to start: {exc}", file=sys.stderr)
+        return True
+    return False
