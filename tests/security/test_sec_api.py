@@ -19,6 +19,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from pdfqueue.domain import tenants
 from pdfqueue.domain.errors import ConfigurationError
 from pdfqueue.domain.settings import Settings
 from tests.support.helpers import ACME, GLOBEX, MakeCorpus, upload
@@ -174,6 +175,51 @@ def test_tokens_from_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("PDFQUEUE_API_TOKENS_FILE", str(tmp_path / "missing"))
     with pytest.raises(ValidationError, match="cannot be read: FileNotFoundError"):
         Settings()
+
+
+async def test_a_rotated_tokens_file_is_read_again_without_a_restart(
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Secret mounted as PDFQUEUE_API_TOKENS_FILE is rotated the kubelet's way (a new
+    folder, the `..data` symlink swapped): the API takes the new tokens and drops the old
+    ones without a restart; a replacement that does not parse is refused, the tokens read
+    last stay, and the log names the entry, never a token."""
+    monkeypatch.setattr(tenants, "RECHECK_S", 0.0)  # every request looks at the file
+    old, new = "o" * 40, "n" * 40
+    secret = tmp_path / "secret"
+    secret.mkdir()
+
+    def publish(text: str, version: int) -> None:
+        folder = secret / f"..{version}"
+        folder.mkdir()
+        (folder / "api-tokens").write_text(text)
+        swap = secret / "..data_tmp"
+        swap.symlink_to(folder.name)
+        swap.replace(secret / "..data")
+
+    publish(f"acme:{old}\n", 1)
+    (secret / "api-tokens").symlink_to("..data/api-tokens")
+    path = str(secret / "api-tokens")
+    rotating = settings.model_copy(
+        update={"api_tokens_file": path, "api_tokens": tenants.tokens_from_file(path)}
+    )
+    caplog.set_level(logging.WARNING, logger="pdfqueue.domain.tenants")
+
+    async def status(token: str) -> int:
+        answer = await client.get("/v1/batches", headers={"Authorization": f"Bearer {token}"})
+        return answer.status_code
+
+    async with serve(rotating) as client:
+        assert (await status(old), await status(new)) == (200, 401)
+        publish(f"acme:{new}\n", 2)
+        assert (await status(old), await status(new)) == (401, 200)
+        publish(f"acme:{SECRET}\nglobex:{SECRET}\n", 3)  # one token for two tenants
+        assert (await status(old), await status(new), await status(SECRET)) == (401, 200, 401)
+    assert "entry 2 (tenant globex) repeats the token of tenant acme" in caplog.text
+    assert SECRET not in caplog.text
 
 
 async def test_fixture_tokens_reach_their_tenants(api: httpx.AsyncClient) -> None:

@@ -8,7 +8,7 @@ from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from pdfqueue.domain.tenants import tenant_for
-from pdfqueue_api.dependencies import AppSettings
+from pdfqueue_api.dependencies import Runtime
 
 OPEN_TENANT = "public"
 BEARER = HTTPBearer(auto_error=False, description="A tenant's token (PDFQUEUE_API_TOKENS).")
@@ -16,13 +16,13 @@ BEARER = HTTPBearer(auto_error=False, description="A tenant's token (PDFQUEUE_AP
 
 
 def require_tenant(
-    settings: AppSettings,
+    runtime: Runtime,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
 ) -> str:
     """FastAPI dependency: the caller's tenant, or 401. Open only when anonymous access was
     asked for explicitly (`PDFQUEUE_ALLOW_ANONYMOUS`); no tokens alone never opens it."""
-    tokens = settings.api_tokens
-    if not tokens and settings.allow_anonymous:
+    tokens = runtime.tokens()
+    if not tokens and runtime.settings.allow_anonymous:
         return OPEN_TENANT
     tenant = tenant_for(tokens, credentials.credentials.strip()) if credentials else None
     if tenant is None:

@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 from pdfqueue.domain.settings import Settings
+from pdfqueue.domain.tenants import TokenFile
 from pdfqueue.runtime.connections import API, Stores
 from pdfqueue.runtime.queue_gauges import QueueGauges
 from pdfqueue.runtime.store_gauges import StoreGauges
@@ -31,6 +32,9 @@ class ApiRuntime:
     store_gauges: StoreGauges
     publisher: PdfBatchPublisher | None
     """Set in Kubernetes mode: the API also creates a PdfBatch per upload."""
+    token_file: TokenFile | None
+    """PDFQUEUE_API_TOKENS_FILE, read again when it is replaced (None: the tokens are the
+    settings')."""
     closers: AsyncExitStack = field(repr=False)
     """What `start` opened, each closer pushed as its part opened: `close` unwinds it in
     reverse order, as a failed `start` does."""
@@ -80,8 +84,15 @@ class ApiRuntime:
         except BaseException:
             await opened.aclose()
             raise
-        parts = (service, feed, queue_gauges, store_gauges, publisher)
+        token_file = None
+        if settings.api_tokens_file:
+            token_file = TokenFile(settings.api_tokens_file, settings.api_tokens)
+        parts = (service, feed, queue_gauges, store_gauges, publisher, token_file)
         return cls(settings, stores, *parts, closers=opened.pop_all())
+
+    def tokens(self) -> dict[str, str]:
+        """The tokens callers present: the file's as it is now, or the settings'."""
+        return self.token_file.current() if self.token_file else self.settings.api_tokens
 
     async def close(self) -> None:
         """Stop the services, then close the stores: the reverse of `start`."""

@@ -1,14 +1,20 @@
 """Tenants: the names one may have, and the bearer tokens that name one.
 
 A token is stored plain or as `sha256:<hex>` of it (PDFQUEUE_API_TOKENS); either way a token
-is compared by one rule, in constant time (`tenant_for`)."""
+is compared by one rule, in constant time (`tenant_for`). Tokens kept in a file
+(PDFQUEUE_API_TOKENS_FILE, a mounted Secret) are read again when the file is replaced
+(`TokenFile`): a rotation needs no restart."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import os
 import re
+import time
 from collections.abc import Iterable
+from pathlib import Path
 
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 """A tenant the operator accepts: it becomes a folder name under the source prefix."""
@@ -81,3 +87,65 @@ def tenant_for(tokens: dict[str, str], presented: str) -> str | None:
         if hmac.compare_digest(candidate.encode(), stored.encode()):
             return tenant
     return None
+
+
+def tokens_from_file(path: str) -> dict[str, str]:
+    """The tokens of PDFQUEUE_API_TOKENS_FILE (`tenant:token` entries, one per line or comma
+    separated) as `parse_api_tokens` reads them; ValueError naming what is wrong, never the
+    content."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:  # the reason, never the content
+        msg = f"PDFQUEUE_API_TOKENS_FILE cannot be read: {type(exc).__name__}"
+        raise ValueError(msg) from None
+    return parse_api_tokens(e for e in (x.strip() for x in re.split(r"[,\n]", text)) if e)
+
+
+log = logging.getLogger(__name__)
+_KEPT = "the tokens read before stay"
+RECHECK_S = 1.0
+"""How often, at most, a request makes the API look whether its tokens file was replaced."""
+
+
+class TokenFile:
+    """The tokens of a file that is replaced while the API runs (a Kubernetes Secret's
+    rotation swaps a symlink; an editor or `mv` a file): read again when the file it resolves
+    to changes (inode, size or modification time), looked at no more than once per
+    `RECHECK_S`. A replacement that does not parse, or holds no token, is refused with an
+    error in the log, and the tokens read last stay."""
+
+    def __init__(self, path: str, tokens: dict[str, str]) -> None:
+        self.path = path
+        self._tokens = tokens
+        self._seen = self._identity()
+        self._checked = time.monotonic()
+
+    def current(self) -> dict[str, str]:
+        """The tokens as the file holds them now (within `RECHECK_S`)."""
+        now = time.monotonic()
+        if now - self._checked >= RECHECK_S:
+            self._checked = now
+            seen = self._identity()
+            if seen != self._seen:
+                self._seen = seen
+                self._reload()
+        return self._tokens
+
+    def _identity(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _reload(self) -> None:
+        try:
+            tokens = tokens_from_file(self.path)
+        except ValueError as exc:  # says which entry, never a token
+            log.error("PDFQUEUE_API_TOKENS_FILE changed and was refused (%s): %s", exc, _KEPT)
+            return
+        if not tokens:
+            log.error("PDFQUEUE_API_TOKENS_FILE changed to hold no token: %s", _KEPT)
+            return
+        self._tokens = tokens
+        log.warning("PDFQUEUE_API_TOKENS_FILE read again: %d tokens", len(tokens))

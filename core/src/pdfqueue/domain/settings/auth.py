@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -10,7 +9,7 @@ from pydantic_settings import NoDecode
 
 from pdfqueue.domain.errors import ConfigurationError
 from pdfqueue.domain.settings.values import entries
-from pdfqueue.domain.tenants import parse_api_tokens
+from pdfqueue.domain.tenants import parse_api_tokens, tokens_from_file
 
 
 class AuthSettings(BaseModel):
@@ -25,7 +24,9 @@ class AuthSettings(BaseModel):
     token may belong to two tenants. Errors name the entry by position, never its text."""
     api_tokens_file: str | None = None
     """A file holding what PDFQUEUE_API_TOKENS would (a mounted Secret, say), so the tokens
-    stay out of the environment that child processes inherit. Setting both is refused."""
+    stay out of the environment that child processes inherit. Setting both is refused. The
+    API reads it again when it is replaced (a Secret's rotation, within a second; no
+    restart); a replacement that does not parse is refused in the log and the tokens stay."""
     allow_anonymous: bool = False
     """Let the API start without tokens, every caller then being the one tenant `public`.
     Without it, an API with no tokens refuses to start."""
@@ -41,12 +42,7 @@ class AuthSettings(BaseModel):
         if data.get("api_tokens"):
             msg = "PDFQUEUE_API_TOKENS and PDFQUEUE_API_TOKENS_FILE are both set: choose one"
             raise ValueError(msg)
-        try:
-            tokens = Path(data["api_tokens_file"]).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:  # the reason, never the content
-            msg = f"PDFQUEUE_API_TOKENS_FILE cannot be read: {type(exc).__name__}"
-            raise ValueError(msg) from None
-        return {**data, "api_tokens": tokens.replace("\n", ",")}
+        return {**data, "api_tokens": tokens_from_file(data["api_tokens_file"])}
 
     @field_validator("api_tokens", mode="before")
     @classmethod
