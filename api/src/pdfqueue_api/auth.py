@@ -1,4 +1,5 @@
-"""Bearer-token authentication: each token belongs to a tenant, who sees only their batches."""
+"""Bearer-token authentication: each token belongs to a tenant, who sees only their batches:
+a static token (PDFQUEUE_API_TOKENS) or an OpenID Connect access token (`pdfqueue_api.oidc`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from pdfqueue.domain.tenants import tenant_for
 from pdfqueue_api.dependencies import Runtime
+from pdfqueue_api.oidc import looks_like_jwt
 
 OPEN_TENANT = "public"
 BEARER = HTTPBearer(auto_error=False, description="A tenant's token (PDFQUEUE_API_TOKENS).")
@@ -24,7 +26,10 @@ def require_tenant(
     tokens = runtime.tokens()
     if not tokens and runtime.settings.allow_anonymous:
         return OPEN_TENANT
-    tenant = tenant_for(tokens, credentials.credentials.strip()) if credentials else None
+    presented = credentials.credentials.strip() if credentials else ""
+    tenant = tenant_for(tokens, presented) if presented else None
+    if tenant is None and runtime.oidc is not None and looks_like_jwt(presented):
+        tenant = runtime.oidc.tenant(presented)  # may fetch the issuer's keys: a sync dependency
     if tenant is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,

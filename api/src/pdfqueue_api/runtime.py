@@ -13,6 +13,7 @@ from pdfqueue.runtime.queue_gauges import QueueGauges
 from pdfqueue.runtime.store_gauges import StoreGauges
 from pdfqueue.stores.redis.queue import check_durability
 from pdfqueue_api.batch_feed import BatchFeed
+from pdfqueue_api.oidc import OidcTokens
 from pdfqueue_api.pdfbatches import PdfBatchPublisher
 from pdfqueue_api.service import BatchService
 
@@ -35,6 +36,8 @@ class ApiRuntime:
     token_file: TokenFile | None
     """PDFQUEUE_API_TOKENS_FILE, read again when it is replaced (None: the tokens are the
     settings')."""
+    oidc: OidcTokens | None
+    """Set when PDFQUEUE_OIDC_ISSUER is: the issuer's access tokens are accepted too."""
     closers: AsyncExitStack = field(repr=False)
     """What `start` opened, each closer pushed as its part opened: `close` unwinds it in
     reverse order, as a failed `start` does."""
@@ -87,7 +90,8 @@ class ApiRuntime:
         token_file = None
         if settings.api_tokens_file:
             token_file = TokenFile(settings.api_tokens_file, settings.api_tokens)
-        parts = (service, feed, queue_gauges, store_gauges, publisher, token_file)
+        oidc = OidcTokens(settings) if settings.oidc_issuer else None
+        parts = (service, feed, queue_gauges, store_gauges, publisher, token_file, oidc)
         return cls(settings, stores, *parts, closers=opened.pop_all())
 
     def tokens(self) -> dict[str, str]:

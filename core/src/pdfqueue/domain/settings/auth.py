@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
@@ -10,6 +10,11 @@ from pydantic_settings import NoDecode
 from pdfqueue.domain.errors import ConfigurationError
 from pdfqueue.domain.settings.values import entries
 from pdfqueue.domain.tenants import parse_api_tokens, tokens_from_file
+
+PUBLIC_KEY_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
+"""The signature algorithms an OIDC access token may use."""
 
 
 class AuthSettings(BaseModel):
@@ -30,6 +35,21 @@ class AuthSettings(BaseModel):
     allow_anonymous: bool = False
     """Let the API start without tokens, every caller then being the one tenant `public`.
     Without it, an API with no tokens refuses to start."""
+    oidc_issuer: str | None = None
+    """An OpenID Connect issuer (its `iss`, e.g. `https://login.example.com/realms/hr`) whose
+    signed access tokens the API accepts beside the static tokens, with `oidc_audience` and
+    `oidc_jwks_url`; the tenant is the token's `oidc_tenant_claim`."""
+    oidc_audience: str | None = None
+    """The `aud` an access token must name (the API's client id or resource at the issuer)."""
+    oidc_jwks_url: str | None = None
+    """Where the issuer publishes its signing keys (its discovery document's `jwks_uri`),
+    fetched when a token names a key not yet known (a rotation) and kept five minutes."""
+    oidc_tenant_claim: str = "tenant"
+    """The access token's claim that names the caller's tenant (a tenant name, as a static
+    token's); a token without it is refused."""
+    oidc_algorithms: Annotated[frozenset[str], NoDecode] = frozenset({"RS256", "ES256"})
+    """Signature algorithms accepted, comma separated: public-key ones only (`none` and the
+    HMAC `HS*` family are refused here, so a public key can never serve as a shared secret)."""
     trusted_tenants: Annotated[frozenset[str], NoDecode] = frozenset()
     """Tenants, comma separated, whose per-file report shows `user_id` and `object_key`;
     for every other tenant both are null (they name users of the host application)."""
@@ -51,6 +71,25 @@ class AuthSettings(BaseModel):
             return value
         return parse_api_tokens(entries(value))
 
+    @field_validator("oidc_algorithms", mode="before")
+    @classmethod
+    def _parse_algorithms(cls, value: object) -> object:
+        found = frozenset(entries(value)) if isinstance(value, str) else value
+        bad = sorted(set(found) - PUBLIC_KEY_ALGORITHMS) if isinstance(found, frozenset) else []
+        if bad:
+            allowed = ", ".join(sorted(PUBLIC_KEY_ALGORITHMS))
+            msg = f"PDFQUEUE_OIDC_ALGORITHMS: {', '.join(bad)} not accepted (only {allowed})"
+            raise ValueError(msg)
+        return found
+
+    @model_validator(mode="after")
+    def _check_oidc(self) -> Self:
+        given = (self.oidc_issuer, self.oidc_audience, self.oidc_jwks_url)
+        if any(given) and not all(given):
+            msg = "PDFQUEUE_OIDC_ISSUER, _AUDIENCE and _JWKS_URL go together: set all three"
+            raise ValueError(msg)
+        return self
+
     @field_validator("trusted_tenants", mode="before")
     @classmethod
     def _parse_trusted(cls, value: object) -> object:
@@ -59,12 +98,12 @@ class AuthSettings(BaseModel):
 
     def check_api_auth(self) -> None:
         """Fail closed: an API without tokens runs only when anonymous access is asked for."""
-        if not self.api_tokens and not self.allow_anonymous:
+        if not self.api_tokens and not self.allow_anonymous and not self.oidc_issuer:
             msg = (
                 "PDFQUEUE_API_TOKENS is empty: the API refuses to start without tokens "
                 "(set PDFQUEUE_ALLOW_ANONYMOUS=true to run it open, for local use only)"
             )
             raise ConfigurationError(msg)
-        if self.api_tokens and self.allow_anonymous:
+        if (self.api_tokens or self.oidc_issuer) and self.allow_anonymous:
             msg = "PDFQUEUE_ALLOW_ANONYMOUS=true and PDFQUEUE_API_TOKENS are both set: choose one"
             raise ConfigurationError(msg)
