@@ -280,3 +280,29 @@ def test_kustomization_builds_and_the_server_accepts_it(
     # Clean up all but the CRD, which the rest of the session shares.
     rest = [d for d in docs if d["kind"] != "CustomResourceDefinition"]
     cluster.kubectl("delete", "-f", "-", "--wait=false", stdin=yaml.safe_dump_all(rest))
+
+
+@pytest.mark.kube
+@pytest.mark.parametrize("enabled", [False, True])
+def test_the_api_reviews_tokens_only_when_it_takes_service_account_tokens(
+    cluster: KubeCluster, enabled: bool
+) -> None:
+    """auth.kubernetesTokens binds the API's ServiceAccount to system:auth-delegator, so it
+    may create TokenReviews; without it the API has no cluster-wide right at all."""
+    ns = cluster.create_namespace("review")
+    manifest = template(
+        "-f", str(values_file("default")), "--skip-tests",
+        "--set", f"auth.kubernetesTokens.enabled={str(enabled).lower()}",
+        namespace=ns, release="rv",
+    )  # fmt: skip
+    cluster.kubectl("apply", "-n", ns, "-f", "-", stdin=manifest)
+    api_sa = f"system:serviceaccount:{ns}:rv-pdfqueue-api"
+    review = "tokenreviews.authentication.k8s.io"
+    proc = cluster.kubectl("auth", "can-i", "create", review, "--as", api_sa, check=False)
+    assert (proc.stdout.strip() == "yes") is enabled
+    cluster.kubectl(
+        "delete", "clusterrolebinding,clusterrole", f"rv-pdfqueue-operator-{ns}",
+        "--ignore-not-found",
+    )  # fmt: skip
+    if enabled:
+        cluster.kubectl("delete", "clusterrolebinding", f"rv-pdfqueue-api-token-review-{ns}")

@@ -391,6 +391,44 @@ def test_every_pdfqueue_pod_mounts_the_stores_ca_bundles_where_its_settings_say(
         assert f"name: {name}\n" not in template("-f", str(values_file("default")))
 
 
+def test_other_ways_in_reach_the_api_and_only_its_service_account_reviews_tokens() -> None:
+    """auth.oidc and auth.kubernetesTokens: their settings in the API's ConfigMap, the API's
+    ServiceAccount (alone) bound to system:auth-delegator for TokenReviews, its token mounted;
+    either one is a way in without static tokens, and an issuer alone is refused."""
+    rendered = render("external")
+    config = rendered.one("ConfigMap", "-api")["data"]
+    assert config["PDFQUEUE_OIDC_ISSUER"] == "https://login.example.internal/realms/hr"
+    assert config["PDFQUEUE_OIDC_AUDIENCE"] == "pdfqueue-api"
+    assert config["PDFQUEUE_OIDC_JWKS_URL"].endswith("/protocol/openid-connect/certs")
+    assert config["PDFQUEUE_KUBERNETES_TOKENS"] == "true"
+    assert config["PDFQUEUE_KUBERNETES_TOKEN_AUDIENCE"] == "pdfqueue"
+    api = rendered.one("Deployment", "-api")["spec"]["template"]["spec"]
+    assert api["automountServiceAccountToken"] is True
+    delegated = [
+        b
+        for b in rendered.all("ClusterRoleBinding")
+        if b["roleRef"]["name"] == "system:auth-delegator"
+    ]
+    assert [b["subjects"] for b in delegated] == [
+        [{"kind": "ServiceAccount", "name": api["serviceAccountName"], "namespace": "pdfqueue"}]
+    ]
+    plain = render("default")
+    assert not [
+        b
+        for b in plain.all("ClusterRoleBinding")
+        if b["roleRef"]["name"] == "system:auth-delegator"
+    ]
+    assert "PDFQUEUE_OIDC_ISSUER" not in plain.one("ConfigMap", "-api")["data"]
+    for way in (
+        ["--set", "auth.kubernetesTokens.enabled=true"],
+        ["--set", "auth.oidc.issuer=https://i,auth.oidc.audience=a,auth.oidc.jwksUrl=https://i/k"],
+    ):
+        assert "kind: Deployment" in template(*way)  # no static token needed
+    refused = helm("template", "pq", str(CHART), "--set", "auth.oidc.issuer=https://i", check=False)
+    assert refused.returncode != 0
+    assert "set all three" in refused.stderr
+
+
 def test_env_is_made_of_real_settings_and_parses(tmp_path: Path) -> None:
     """Every PDFQUEUE_* variable the chart sets is a Settings field, and Settings accepts them."""
     known = {f"PDFQUEUE_{name.upper()}" for name in Settings.model_fields}

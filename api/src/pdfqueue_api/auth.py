@@ -1,8 +1,10 @@
 """Bearer-token authentication: each token belongs to a tenant, who sees only their batches:
-a static token (PDFQUEUE_API_TOKENS) or an OpenID Connect access token (`pdfqueue_api.oidc`)."""
+a static token (PDFQUEUE_API_TOKENS), an OpenID Connect access token (`pdfqueue_api.oidc`) or
+a ServiceAccount token of the cluster (`pdfqueue_api.serviceaccounts`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, status
@@ -17,7 +19,7 @@ BEARER = HTTPBearer(auto_error=False, description="A tenant's token (PDFQUEUE_AP
 """Declares the scheme in /openapi.json; the checking below is ours (401, not FastAPI's 403)."""
 
 
-def require_tenant(
+async def require_tenant(
     runtime: Runtime,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
 ) -> str:
@@ -28,8 +30,11 @@ def require_tenant(
         return OPEN_TENANT
     presented = credentials.credentials.strip() if credentials else ""
     tenant = tenant_for(tokens, presented) if presented else None
-    if tenant is None and runtime.oidc is not None and looks_like_jwt(presented):
-        tenant = runtime.oidc.tenant(presented)  # may fetch the issuer's keys: a sync dependency
+    if tenant is None and looks_like_jwt(presented):
+        if runtime.oidc is not None:  # may fetch the issuer's keys: off the event loop
+            tenant = await asyncio.to_thread(runtime.oidc.tenant, presented)
+        if tenant is None and runtime.service_accounts is not None:
+            tenant = await runtime.service_accounts.tenant(presented)
     if tenant is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,

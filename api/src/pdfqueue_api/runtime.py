@@ -16,6 +16,7 @@ from pdfqueue_api.batch_feed import BatchFeed
 from pdfqueue_api.oidc import OidcTokens
 from pdfqueue_api.pdfbatches import PdfBatchPublisher
 from pdfqueue_api.service import BatchService
+from pdfqueue_api.serviceaccounts import ServiceAccountTokens
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ class ApiRuntime:
     settings')."""
     oidc: OidcTokens | None
     """Set when PDFQUEUE_OIDC_ISSUER is: the issuer's access tokens are accepted too."""
+    service_accounts: ServiceAccountTokens | None
+    """Set when PDFQUEUE_KUBERNETES_TOKENS is: the cluster's ServiceAccount tokens too."""
     closers: AsyncExitStack = field(repr=False)
     """What `start` opened, each closer pushed as its part opened: `close` unwinds it in
     reverse order, as a failed `start` does."""
@@ -91,7 +94,11 @@ class ApiRuntime:
         if settings.api_tokens_file:
             token_file = TokenFile(settings.api_tokens_file, settings.api_tokens)
         oidc = OidcTokens(settings) if settings.oidc_issuer else None
-        parts = (service, feed, queue_gauges, store_gauges, publisher, token_file, oidc)
+        accounts = None
+        if settings.kubernetes_tokens:
+            accounts = ServiceAccountTokens(settings)
+            opened.push_async_callback(accounts.close)
+        parts = (service, feed, queue_gauges, store_gauges, publisher, token_file, oidc, accounts)
         return cls(settings, stores, *parts, closers=opened.pop_all())
 
     def tokens(self) -> dict[str, str]:

@@ -83,8 +83,11 @@ would make the operator refuse all the others' (an explicit entry wins over the 
 {{/* The API fails closed: tokens or an explicit, unexposed anonymous mode. */}}
 {{- define "pdfqueue.validateAuth" -}}
 {{- $auth := .Values.auth }}
-{{- if not (or $auth.apiTokens $auth.existingSecret $auth.allowAnonymous) }}
-{{- fail "auth.apiTokens is empty and auth.existingSecret is unset: the API would refuse to start. Set tokens (or auth.allowAnonymous=true for a private development install)" }}
+{{- if not (or $auth.apiTokens $auth.existingSecret $auth.allowAnonymous $auth.oidc.issuer $auth.kubernetesTokens.enabled) }}
+{{- fail "auth.apiTokens is empty and auth.existingSecret is unset: the API would refuse to start. Set tokens, auth.oidc or auth.kubernetesTokens (or auth.allowAnonymous=true for a private development install)" }}
+{{- end }}
+{{- if and $auth.oidc.issuer (not (and $auth.oidc.audience $auth.oidc.jwksUrl)) }}
+{{- fail "auth.oidc.issuer is set without auth.oidc.audience and auth.oidc.jwksUrl: set all three" }}
 {{- end }}
 {{- if and $auth.allowAnonymous .Values.api.ingress.enabled }}
 {{- fail "auth.allowAnonymous=true with api.ingress.enabled=true: an anonymous API is never exposed through an Ingress. Set auth.apiTokens or auth.existingSecret, and auth.allowAnonymous=false" }}

@@ -50,6 +50,14 @@ class AuthSettings(BaseModel):
     oidc_algorithms: Annotated[frozenset[str], NoDecode] = frozenset({"RS256", "ES256"})
     """Signature algorithms accepted, comma separated: public-key ones only (`none` and the
     HMAC `HS*` family are refused here, so a public key can never serve as a shared secret)."""
+    kubernetes_tokens: bool = False
+    """Also accept the cluster's ServiceAccount tokens, as the API server reviews them
+    (TokenReview, for the audience `kubernetes_token_audience`): the tenant is the one
+    PDFQUEUE_OPERATOR_NAMESPACE_TENANTS names for the account's namespace (`ns:tenant`; a
+    namespace not named, or named `*`, gets none)."""
+    kubernetes_token_audience: str = "pdfqueue"  # noqa: S105 (an audience, not a secret)
+    """The audience a ServiceAccount token must be for (a projected token's `audience`), so a
+    token meant for the API server, or any other service, is no token here."""
     trusted_tenants: Annotated[frozenset[str], NoDecode] = frozenset()
     """Tenants, comma separated, whose per-file report shows `user_id` and `object_key`;
     for every other tenant both are null (they name users of the host application)."""
@@ -98,12 +106,13 @@ class AuthSettings(BaseModel):
 
     def check_api_auth(self) -> None:
         """Fail closed: an API without tokens runs only when anonymous access is asked for."""
-        if not self.api_tokens and not self.allow_anonymous and not self.oidc_issuer:
+        other_ways = self.oidc_issuer or self.kubernetes_tokens
+        if not self.api_tokens and not self.allow_anonymous and not other_ways:
             msg = (
                 "PDFQUEUE_API_TOKENS is empty: the API refuses to start without tokens "
                 "(set PDFQUEUE_ALLOW_ANONYMOUS=true to run it open, for local use only)"
             )
             raise ConfigurationError(msg)
-        if (self.api_tokens or self.oidc_issuer) and self.allow_anonymous:
+        if (self.api_tokens or other_ways) and self.allow_anonymous:
             msg = "PDFQUEUE_ALLOW_ANONYMOUS=true and PDFQUEUE_API_TOKENS are both set: choose one"
             raise ConfigurationError(msg)
