@@ -25,6 +25,7 @@ from pdfqueue.domain.errors import (
     BatchNotRetryable,
     InvalidCursor,
     InvalidData,
+    RedisNearlyFull,
     ServiceUnavailable,
     UnsafeCallback,
     UploadAborted,
@@ -46,6 +47,7 @@ from pdfqueue.stores.postgres.batches import BatchStore
 from pdfqueue.stores.postgres.files import FileStore
 from pdfqueue.stores.postgres.pool import ping
 from pdfqueue.stores.postgres.retention import RetentionStore
+from pdfqueue.stores.redis.queue import memory_share
 from pdfqueue.stores.redis.quotas import Admission, Quotas
 from pdfqueue.stores.storage import Storage
 from pdfqueue.stores.storage.zipdir import DirectoryLimits
@@ -120,9 +122,17 @@ class BatchService:
             raise UnsafeCallback(url, "its host did not resolve in time") from None
 
     async def ping(self) -> None:
-        """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down."""
+        """Fail fast, before reading a byte of the upload, when Redis or PostgreSQL is down,
+        or Redis nearly full (`room`)."""
         await _guard("redis", self.lifecycle.ping())
         await _guard("postgresql", ping(self.pool))
+        await self.room()
+
+    async def room(self) -> None:
+        """RedisNearlyFull (503, Retry-After) past PDFQUEUE_REDIS_MEMORY_REFUSE_SHARE."""
+        share = await _guard("redis", memory_share(self.redis))
+        if share is not None and share >= self.settings.redis_memory_refuse_share:
+            raise RedisNearlyFull(share)
 
     async def create(
         self,
@@ -213,6 +223,7 @@ class BatchService:
         starts until it ends, as an upload does, and counts against retries_per_hour (429
         with Retry-After past either); a refused one (409) counts for neither."""
         await self.get(tenant, batch_id)  # 404 for unknown or foreign batches
+        await self.room()
         async with _holding(await self.quotas.admit_retry(tenant, batch_id)) as admission:
             try:
                 await _guard("queue", self.lifecycle.requeue(batch_id, all_failed=all_failed))

@@ -9,10 +9,10 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from pdfqueue.domain.errors import CertificateRejected, SchemaNotReady
+from pdfqueue.domain.errors import CertificateRejected, RedisNearlyFull, SchemaNotReady
 from pdfqueue.stores.postgres import schema
 from pdfqueue.stores.postgres.pool import ping
-from pdfqueue_api.dependencies import Connections
+from pdfqueue_api.dependencies import Connections, Service
 from pdfqueue_api.service import DEPENDENCY_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", include_in_schema=False)
-async def readyz(stores: Connections) -> JSONResponse:
+async def readyz(stores: Connections, service: Service) -> JSONResponse:
     """ok/error per dependency; anyone may ask, so the why goes to the log only, but for
     the schema's versions and a store's certificate that does not verify (its reason)."""
     checks = {
@@ -45,7 +45,14 @@ async def readyz(stores: Connections) -> JSONResponse:
             log.warning("readiness: %s failed: %r", name, result)
         else:
             report[name] = "ok"
-    ready = all(v == "ok" for v in report.values())
+    if report["redis"] == "ok":
+        try:
+            await asyncio.wait_for(service.room(), DEPENDENCY_TIMEOUT_S)
+        except RedisNearlyFull as full:  # reads still work: say it, stay ready
+            report["redis"] = f"ok, but new uploads are refused: {full.share:.0%} of maxmemory used"
+        except Exception as exc:
+            log.warning("readiness: redis memory not read: %r", exc)
+    ready = all(v.startswith("ok") for v in report.values())
     return JSONResponse(report, status_code=200 if ready else 503)
 
 

@@ -226,6 +226,25 @@ class ServiceUnavailable(TransientError):
         self.service = service
 
 
+class RedisNearlyFull(ServiceUnavailable):
+    """Redis's used memory is past PDFQUEUE_REDIS_MEMORY_REFUSE_SHARE of its maxmemory: new
+    uploads and retries wait (503, Retry-After), so that under noeviction the batches already
+    admitted keep the room they need to finish."""
+
+    retry_after_s = 30
+
+    def __init__(self, share: float) -> None:
+        super().__init__(
+            "redis",
+            f"{share:.0%} of its maxmemory is used: new work waits until there is room"
+            " (the batches already running go on)",
+        )
+        self.share = share
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
 class RedisUnavailable(ServiceUnavailable):
     """Redis failed or did not answer (raised by the stores that talk to it)."""
 

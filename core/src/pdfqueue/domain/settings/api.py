@@ -28,6 +28,11 @@ class ApiSettings(BaseModel):
     """Event streams one tenant may hold open in one API process; more get 429 with
     Retry-After, so one token cannot take the streams of every other tenant. Keep it well
     under `max_event_streams`."""
+    redis_memory_refuse_share: float = Field(default=0.9, gt=0, le=1)
+    """New uploads and retries get 503 with Retry-After while Redis's used memory is past
+    this share of its maxmemory (1: only when it refuses writes). Under noeviction a full
+    Redis refuses every write, the counting of running batches included: refusing new work
+    first keeps the room those need to finish. /readyz says so, and stays ready for reads."""
 
     @field_validator("upload_part_bytes")
     @classmethod

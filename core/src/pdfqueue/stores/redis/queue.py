@@ -16,6 +16,7 @@ from arq.constants import (
     retry_key_prefix,
 )
 from arq.jobs import serialize_job
+from redis import exceptions as rx
 from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
@@ -204,3 +205,15 @@ async def check_durability(redis: Redis) -> list[str]:
     if aof.get("appendonly") != "yes":
         problems.append("appendonly is off; a Redis restart loses queued jobs (set appendonly yes)")
     return problems
+
+
+@typed_call(redis_errors)
+async def memory_share(redis: Redis) -> float | None:
+    """Redis's used memory as a share of its maxmemory; None without a limit, or where INFO
+    is not allowed (some managed services)."""
+    try:
+        memory = await redis.info("memory")
+    except rx.ResponseError:  # INFO disabled: nothing to go by
+        return None
+    limit = int(memory.get("maxmemory", 0) or 0)
+    return int(memory.get("used_memory", 0) or 0) / limit if limit else None
