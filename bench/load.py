@@ -135,7 +135,7 @@ async def _startup(ctx: dict[str, Any]) -> None:
         pool=pool,
         batches=lifecycle.batches,
         files=lifecycle.files,
-        users=UserStore(pool, UsersTable(settings.users_table)),
+        users=UserStore(pool, UsersTable.of(settings)),
         storage=StubStorage(),  # type: ignore[arg-type]
         extractor=StubExtractor(),  # type: ignore[arg-type]
     )

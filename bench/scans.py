@@ -41,6 +41,7 @@ import pypdfium2 as pdfium
 from bench import corpus
 from bench.pipeline import Bench, Deployment, arq_timings
 from bench.report import save, utc_stamp
+from pdfqueue.domain.models import UserId
 from pdfqueue.domain.placeholders import PLACEHOLDER_DOMAINS
 from pdfqueue.stores.postgres.users import UserRow
 from pdfqueue_dev.corpora.documents import Density, render
@@ -119,7 +120,7 @@ def cost_scans(per_style: int) -> tuple[dict[str, dict[str, UserRow]], list[Scan
 
 def read_once(
     pdf: bytes, plan: ocr.Plan, rows: dict[str, UserRow]
-) -> tuple[float, int | None, int | None]:
+) -> tuple[float, UserId | None, int | None]:
     """CPU ms of one OCR read of page one, the user it links to, and the band it ended at
     (None: the whole page)."""
     document = pdfium.PdfDocument(pdf)

@@ -80,7 +80,7 @@ async def eraser(settings: Settings, pool: asyncpg.Pool) -> AsyncIterator[Eraser
     client = Redis.from_url(settings.redis_url)
     recording: Any = Recording(pool)
     yield Eraser(
-        RetentionStore(recording, settings.users_table),
+        RetentionStore.of(recording, settings),
         lifecycle_over(pool, client, settings),
         storage,
         settings,
@@ -145,7 +145,7 @@ async def test_purge_of_100k_rows_goes_in_chunks_through_indexes_while_writes_go
 ) -> None:
     tenant = f"scale-{secrets.token_hex(4)}"
     batch_rows = BatchStore(pool)
-    file_rows = FileStore(pool, UsersTable(settings.users_table))
+    file_rows = FileStore(pool, UsersTable.of(settings))
 
     # One chunk's delete, alone: the unit of the bound below.
     (probe,) = await ended_batches(pool, tenant, 1, 10 * CHUNK_ROWS)

@@ -370,7 +370,7 @@ async def eraser_of(
             batch_id,
         )
         lifecycle = lifecycle_over(pool, redis, settings)
-        yield Eraser(RetentionStore(pool, settings.users_table), lifecycle, storage, settings)
+        yield Eraser(RetentionStore.of(pool, settings), lifecycle, storage, settings)
     finally:
         await pool.close()
 

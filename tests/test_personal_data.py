@@ -68,7 +68,7 @@ async def eraser(settings: Settings) -> AsyncIterator[Eraser]:
     storage = Storage.from_settings(settings, threads=4)
     client = Redis.from_url(settings.redis_url)
     yield Eraser(
-        RetentionStore(pool, settings.users_table),
+        RetentionStore.of(pool, settings),
         lifecycle_over(pool, client, settings),
         storage,
         settings,

@@ -436,7 +436,7 @@ async def test_a_missing_users_table_is_said_at_start_and_in_every_outcome(
     batch_id = await upload(api, path)
     await run_worker()
     assert any(
-        f"PDFQUEUE_USERS_TABLE {settings.users_table!r} cannot be read" in r.getMessage()
+        f"PDFQUEUE_USERS_TABLE {settings.users_table!r} does not exist" in r.getMessage()
         for r in caplog.records
         if r.levelname == "ERROR"
     )

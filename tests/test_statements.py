@@ -37,7 +37,7 @@ async def test_a_jobs_claim_and_record_do_not_read_the_whole_batch(
     await seed_users(db, users, table=settings.users_table)
     pool = await connect(settings.database_url, min_size=1, max_size=1)  # one backend to flush
     try:
-        files = FileStore(pool, UsersTable(settings.users_table))
+        files = FileStore(pool, UsersTable.of(settings))
         batch_id = uuid.uuid4().hex
         await BatchStore(pool).create(
             batch_id, "statements", "uploads/x.zip", queue_name="pdfqueue:queue"

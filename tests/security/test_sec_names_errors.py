@@ -147,7 +147,7 @@ async def test_a_name_that_is_not_its_claimed_utf8_fails_that_file_not_the_archi
 async def files(settings: Settings, db: asyncpg.Connection) -> FileStore:
     """The real store, on a batch of this test's own (its rows go with the batch)."""
     pool = await connect(settings.database_url, max_size=2)
-    return FileStore(pool, UsersTable(settings.users_table))
+    return FileStore(pool, UsersTable.of(settings))
 
 
 async def _new_batch(files: FileStore) -> str:

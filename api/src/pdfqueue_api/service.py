@@ -96,7 +96,7 @@ class BatchService:
         )
         self.reads = TenantSlots("concurrent_reads", reads, READS_RETRY_AFTER_S)
         self.reports = TenantSlots("concurrent_reports", reports, REPORTS_RETRY_AFTER_S)
-        retention = RetentionStore(self.pool, self.settings.users_table)
+        retention = RetentionStore.of(self.pool, self.settings)
         self.eraser = Eraser(retention, self.lifecycle, self.storage, self.settings)
 
     @asynccontextmanager

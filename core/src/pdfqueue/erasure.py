@@ -7,7 +7,7 @@ Three removals, each safe to interrupt anywhere and finished by running it again
   prefix) its PdfBatch source. The PDFs it linked and the links stay: they belong to the host
   application now.
 - **erase a batch** (its tenant): everything the batch made goes, the PDFs it stored and the
-  `users.pdf_url` links still pointing at them included.
+  links still pointing at them included.
 - **erase a person** (an administrator): every stored PDF linked to the address's users, the
   user's link if it points at one, and the person's file rows redacted (counts kept).
 
@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import BatchNotFound, InvalidDuration, ObjectNotFound
-from pdfqueue.domain.models import TERMINAL, BatchStatus
+from pdfqueue.domain.models import TERMINAL, BatchStatus, UserId
 from pdfqueue.domain.settings import Settings
 from pdfqueue.lifecycle import Lifecycle
 from pdfqueue.observability import metrics
@@ -263,8 +263,8 @@ class Eraser:
     async def erase_person(self, email: str, *, dry_run: bool = False) -> Removed:
         """Erase what pdfqueue holds of the person with this address, in every tenant."""
         removed = Removed()
-        for user_id, pdf_url in await self.retention.users_with_email(email):
-            removed.add(await self._erase_user(user_id, pdf_url, dry_run=dry_run))
+        for user_id, linked_key in await self.retention.users_with_email(email):
+            removed.add(await self._erase_user(user_id, linked_key, dry_run=dry_run))
         if not dry_run:
             subject = await self.address_hash(email)
             await self.retention.audit(_record(ADMIN, "erase_person", subject, removed))
@@ -278,9 +278,11 @@ class Eraser:
             )
         return removed
 
-    async def _erase_user(self, user_id: int, pdf_url: str | None, *, dry_run: bool) -> Removed:
+    async def _erase_user(
+        self, user_id: UserId, linked_key: str | None, *, dry_run: bool
+    ) -> Removed:
         removed = Removed()
-        own_prefix = keys.linked_pdf(user_id, "")[: -len(".pdf")]
+        own_prefix = keys.linked_prefix(user_id)
         seen: set[str] = set()
         after: tuple[str, int] = ("", -1)
         while page := await self.retention.files_of_user(user_id, after=after, limit=CHUNK_ROWS):
@@ -296,12 +298,12 @@ class Eraser:
                 removed.files += await self.retention.redact(user_id, rows)
             after = rows[-1]
         # A link whose rows retention purged already: the PDF is still pdfqueue's.
-        if pdf_url is not None and pdf_url.startswith(own_prefix) and pdf_url not in seen:
+        if linked_key is not None and linked_key.startswith(own_prefix) and linked_key not in seen:
             if dry_run:
                 removed.objects += 1
-            elif await self.retention.unlink_user(user_id, [pdf_url]):
+            elif await self.retention.unlink_user(user_id, [linked_key]):
                 removed.links += 1
-                removed.add(await self._delete_objects([pdf_url]))
+                removed.add(await self._delete_objects([linked_key]))
         return removed
 
     async def address_hash(self, email: str) -> str:

@@ -111,7 +111,7 @@ class BatchReconciler:
         """The audit trail: a batch it records as purged or erased ran and is gone, and
         registering it again would run it again from a source that may be gone, or fail
         an object that succeeded."""
-        return RetentionStore(self.batches.pool, self.settings.users_table)
+        return RetentionStore.of(self.batches.pool, self.settings)
 
     async def _register(self, obj: PdfBatchObject, batch_id: str, tenant: str, key: str) -> None:
         folder = f"{self.settings.operator_source_prefix}{tenant}/"

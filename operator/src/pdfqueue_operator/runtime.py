@@ -80,7 +80,7 @@ class Operator:
         )
         scaler = WorkerScaler(settings, stores.redis, client, deployments, hpas)
         removed = await RemovedBatches.start(
-            RetentionStore(stores.pool, settings.users_table),
+            RetentionStore.of(stores.pool, settings),
             client,
             {} if shown is None else shown,  # not `shown or {}`: an index empty now fills later
         )

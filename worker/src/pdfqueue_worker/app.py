@@ -66,13 +66,12 @@ async def startup(ctx: dict[str, Any]) -> None:
     except Exception as exc:  # as before `start`: the first job starts the pool, or fails its PDFs
         log.warning("the parsing processes did not start (%r); the first job tries again", exc)
     try:
-        await ctx["deps"].users.check_table()
+        for warning in await ctx["deps"].users.check_table():
+            log.warning("%s", warning)
     except (DatabaseSchemaError, DatabaseUnavailable) as exc:
         log.error(  # loud, but no crash loop: the host application may create it later
-            "PDFQUEUE_USERS_TABLE %r cannot be read (%s): PDFs will be retried and then fail"
-            " with database_schema_error until it has columns id, email and pdf_url"
-            " (and PDFQUEUE_USERS_TENANT_COLUMN when set)",
-            settings.users_table,
+            "the users table cannot be used (%s): PDFs will be retried and then fail with"
+            " database_schema_error until it fits the PDFQUEUE_USERS_* settings",
             exc,
         )
     metrics.register("worker")

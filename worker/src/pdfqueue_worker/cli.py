@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings()
     if args.concurrency:
         settings = settings.model_copy(update={"worker_max_jobs": args.concurrency})
-    if start_refused(settings, "worker"):  # a store's certificate: say so, and stop
+    if start_refused(settings, "worker", users=True):  # a certificate, the users table
         return 2
     setup_tracing("pdfqueue-worker", export=settings.export_traces)
     metrics.register("worker")

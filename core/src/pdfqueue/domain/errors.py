@@ -270,6 +270,12 @@ class DatabaseSchemaError(TransientError):
     reason = "database_schema_error"
 
 
+class UsersTableMisfit(DatabaseSchemaError):
+    """The users table's columns are not of the types the users settings say (an id of
+    another type than PDFQUEUE_USERS_ID_TYPE, a link column that is not text): the worker
+    refuses to start, naming the column and the setting to change."""
+
+
 class SchemaNotReady(TransientError):
     """The database's schema is older than this release needs, or too new for it: the process
     waits (not ready) until `pdfqueue migrate` has run, or the code is upgraded."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from pdfqueue.domain.errors import InvalidBatchId
@@ -42,9 +43,23 @@ def upload(batch_id: str) -> str:
     return f"{UPLOADS_PREFIX}{checked(batch_id)}.zip"
 
 
-def linked_pdf(user_id: int, sha256: str) -> str:
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+
+
+def linked_pdf(user_id: int | str, sha256: str) -> str:
     """The content-addressed object key of a PDF linked to a user."""
-    return f"pdfs/{int(user_id)}/{sha256}.pdf"
+    return f"{linked_prefix(user_id)}{sha256}.pdf"
+
+
+def linked_prefix(user_id: int | str) -> str:
+    """Where the PDFs linked to a user are: `pdfs/<id>/` for an integer, a UUID or a plain
+    text id; any other text id (slashes, dots first, spaces, over 128 characters: the host's
+    ids are not pdfqueue's to trust as a path) by its SHA-256, after a `~` that no plain id
+    holds, so that no id names another's folder."""
+    text = str(int(user_id)) if isinstance(user_id, int) else user_id
+    if not _PLAIN_ID.fullmatch(text):
+        text = "~" + hashlib.sha256(text.encode()).hexdigest()
+    return f"pdfs/{text}/"
 
 
 def quota(tenant: str, name: str) -> str:

@@ -35,6 +35,10 @@ class Outcome(StrEnum):
 COUNTERS = tuple(o.value for o in Outcome)
 
 
+UserId = int | str
+"""A user's id as the host's table has it: an integer, or the text of a UUID or a text id."""
+
+
 @dataclass(frozen=True)
 class FileRef:
     """One file of one batch: its index in the ZIP is its identity, the name is a label."""
@@ -50,7 +54,7 @@ class Decision:
 
     outcome: Outcome
     reason: str | None = None
-    user_id: int | None = None
+    user_id: UserId | None = None
     sha256: str | None = None
     stored: bool = False
     """The claim already wrote the durable row (in the same statement as the UPDATE)."""
@@ -63,7 +67,7 @@ class Claim:
     """A file that found its user and stored its PDF, asking to link the user to it."""
 
     ref: FileRef
-    user_id: int
+    user_id: UserId
     object_key: str
     sha256: str
     ocr: bool = False

@@ -120,8 +120,7 @@ class Stores:
             await opened.aclose()
             raise
         opened.pop_all()  # from now on `close` closes them
-        tenant_column = settings.users_tenant_column if role.scoped_users else None
-        table = UsersTable(settings.users_table, tenant_column)
+        table = UsersTable.of(settings, scoped=role.scoped_users)
         batches, files = BatchStore(pool), FileStore(pool, table)
         lifecycle = Lifecycle.of(batches, files, redis, settings)
         users = UserStore(pool, table)
@@ -139,7 +138,7 @@ class Stores:
 
     def eraser(self) -> Eraser:
         """Retention and erasure over these stores."""
-        retention = RetentionStore(self.pool, self.settings.users_table)
+        retention = RetentionStore.of(self.pool, self.settings)
         return Eraser(retention, self.lifecycle, self.storage, self.settings)
 
     async def close(self) -> None:
@@ -152,7 +151,7 @@ class Stores:
 def lifecycle_over(pool: asyncpg.Pool, redis: Redis, settings: Settings) -> Lifecycle:
     """The lifecycle over stores of its own on `pool`, outside a role's `Stores` (an
     administrator's command, a test, a benchmark): the users table unscoped."""
-    files = FileStore(pool, UsersTable(settings.users_table))
+    files = FileStore(pool, UsersTable.of(settings))
     return Lifecycle.of(BatchStore(pool), files, redis, settings)
 
 

@@ -5,7 +5,9 @@ beside it, Redis restarting), and so are the credentials and schema checks each 
 makes as it waits (a bucket or database being created). A store whose TLS certificate does
 not verify (a wrong or missing CA, an expired certificate, a host name it is not for) never
 gets better by waiting, so the process stops at once and says which store and why, instead
-of retrying for minutes with the cause in a log line among many.
+of retrying for minutes with the cause in a log line among many. The same holds for a
+users table whose columns are not of the types the users settings name (`users=True`, the
+worker's check): a setting to change, not a wait.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import asyncio
 import logging
 import sys
 
-from pdfqueue.domain.errors import CertificateRejected, PdfQueueError
+from pdfqueue.domain.errors import CertificateRejected, PdfQueueError, UsersTableMisfit
 from pdfqueue.domain.settings import Settings
-from pdfqueue.stores.postgres.pool import connect
+from pdfqueue.stores.postgres.pool import UsersTable, connect
+from pdfqueue.stores.postgres.users import UserStore
 from pdfqueue.stores.redis.client import open_redis, ping
 from pdfqueue.stores.storage import Storage
 
@@ -58,6 +61,25 @@ async def _postgres(settings: Settings) -> None:
     await pool.close()
 
 
+async def refuse_misfit_users(settings: Settings) -> None:
+    """Raise UsersTableMisfit if the users table is there and its columns do not fit the
+    users settings; a table not there yet, or PostgreSQL down, is the worker's to wait for."""
+    try:
+        pool = await asyncio.wait_for(
+            connect(settings.database_url, min_size=1, max_size=1), PREFLIGHT_TIMEOUT_S
+        )
+    except (PdfQueueError, TimeoutError):
+        return  # refuse_untrusted has said why
+    try:
+        await UserStore(pool, UsersTable.of(settings, scoped=True)).check_table()
+    except UsersTableMisfit:
+        raise
+    except (PdfQueueError, TimeoutError) as exc:
+        log.info("the users table is not ready yet (%s): the worker says so again", exc)
+    finally:
+        await pool.close()
+
+
 async def _storage(settings: Settings) -> None:
     storage = Storage.from_settings(settings, threads=1)
     try:
@@ -66,13 +88,20 @@ async def _storage(settings: Settings) -> None:
         await storage.aclose()
 
 
-def start_refused(settings: Settings, command: str) -> bool:
-    """For a process's command line: run `refuse_untrusted` before anything starts; if a
-    store is refused, say `pdfqueue <command>: refusing to start: <why>` on stderr and
-    answer True (the command exits 2, as for settings it cannot run with)."""
+def start_refused(settings: Settings, command: str, *, users: bool = False) -> bool:
+    """For a process's command line: run `refuse_untrusted` (and, with `users`,
+    `refuse_misfit_users`) before anything starts; if refused, say `pdfqueue <command>:
+    refusing to start: <why>` on stderr and answer True (the command exits 2, as for
+    settings it cannot run with)."""
+
+    async def checks() -> None:
+        await refuse_untrusted(settings)
+        if users:
+            await refuse_misfit_users(settings)
+
     try:
-        asyncio.run(refuse_untrusted(settings))
-    except CertificateRejected as exc:
+        asyncio.run(checks())
+    except (CertificateRejected, UsersTableMisfit) as exc:
         print(f"pdfqueue {command}: refusing to start: {exc}", file=sys.stderr)
         return True
     return False

@@ -337,8 +337,8 @@ async def _link(
         data = await _inflated(deps, member, raw)
         sha256 = hashlib.sha256(data).hexdigest()
         key = keys.linked_pdf(user.id, sha256)
-        if user.pdf_url is not None:
-            skip = "duplicate" if user.pdf_url == key else "already_linked"
+        if user.link is not None:
+            skip = "duplicate" if user.linked_key == key else "already_linked"
             decided[ref] = Decision(NO_LINK, skip, user.id, sha256, ocr=ref in ocr)
         else:
             claims.append(Claim(ref, user.id, key, sha256, ocr=ref in ocr))

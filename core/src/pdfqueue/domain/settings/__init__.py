@@ -1,15 +1,16 @@
 """The one typed settings class: every PDFQUEUE_* variable is read here and nowhere else.
 
 `Settings` is composed of one model per concern, each in a module of this package (stores,
-retention, auth, api, limits, kubernetes, worker, extraction, webhooks, dispatch, telemetry):
-the variables keep their flat `PDFQUEUE_*` names, and code that needs one concern only may
-ask for its model (`def open(stores: StoreSettings)`), which every `Settings` is.
+users, retention, auth, api, limits, kubernetes, worker, extraction, webhooks, dispatch,
+telemetry): the variables keep their flat `PDFQUEUE_*` names, and code that needs one
+concern only may ask for its model (`def open(stores: StoreSettings)`), which every `Settings` is.
 The settings reference (docs/operations/settings.md) is generated from these models, one
 section each, in the order of `CONCERNS`.
 """
 
 from __future__ import annotations
 
+from pydantic import BaseModel
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pdfqueue.domain.settings.api import ApiSettings, HttpSettings
@@ -32,31 +33,15 @@ from pdfqueue.domain.settings.limits import (
 from pdfqueue.domain.settings.retention import RetentionSettings
 from pdfqueue.domain.settings.stores import StoreSettings
 from pdfqueue.domain.settings.telemetry import TelemetrySettings
+from pdfqueue.domain.settings.users import UsersSettings
 from pdfqueue.domain.settings.webhooks import WebhookSettings
 from pdfqueue.domain.settings.worker import ARQ_TIMEOUT_MARGIN_S, JOBS_PER_PARSER, WorkerSettings
-
-CONCERNS = (
-    StoreSettings,
-    RetentionSettings,
-    AuthSettings,
-    ApiSettings,
-    HttpSettings,
-    QuotaSettings,
-    ReadSettings,
-    KubernetesSettings,
-    ArchiveSettings,
-    WorkerSettings,
-    ExtractionSettings,
-    WebhookSettings,
-    DispatchSettings,
-    TelemetrySettings,
-)
-"""Settings' parts, in the order the reference lists them."""
 
 
 class Settings(
     BaseSettings,
     StoreSettings,
+    UsersSettings,
     RetentionSettings,
     AuthSettings,
     ApiSettings,
@@ -86,6 +71,12 @@ class Settings(
         return self.worker_max_jobs or JOBS_PER_PARSER * self.parsing_processes
 
 
+CONCERNS: tuple[type[BaseModel], ...] = tuple(
+    base for base in Settings.__bases__ if base is not BaseSettings
+)
+"""Settings' parts, in the order the reference lists them (the order of its bases)."""
+
+
 __all__ = [
     "API_POOL_CONNECTIONS",
     "ARQ_TIMEOUT_MARGIN_S",
@@ -108,6 +99,7 @@ __all__ = [
     "StoreSettings",
     "TelemetrySettings",
     "TenantQuota",
+    "UsersSettings",
     "WebhookSettings",
     "WorkerSettings",
 ]

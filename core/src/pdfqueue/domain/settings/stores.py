@@ -1,4 +1,4 @@
-"""Where pdfqueue keeps its work: Redis, PostgreSQL (and the host's users table), S3."""
+"""Where pdfqueue keeps its work: Redis, PostgreSQL, S3 (the users table: `users`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from pydantic import (
     model_validator,
 )
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
-_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
 
 
@@ -38,7 +36,7 @@ def _with_password(service: str, url: str, password: object) -> str:
 
 
 class StoreSettings(BaseModel):
-    """Stores: Redis, PostgreSQL and its users table, S3.
+    """Stores: Redis, PostgreSQL, S3.
 
     Where pdfqueue keeps its work: the queue and live state, the durable record, the host
     application's users, the ZIPs and the linked PDFs.
@@ -81,12 +79,6 @@ class StoreSettings(BaseModel):
     """CA certificates (PEM) that an `https://` S3 endpoint's certificate must chain to, for
     both ways pdfqueue reaches S3 (boto3, and the native requests of the per-PDF path);
     unset, the system's. `AWS_CA_BUNDLE` is read too, as boto3 would."""
-    users_table: str = "users"
-    """The host application's table with columns `id`, `email`, `pdf_url`."""
-    users_tenant_column: str | None = None
-    """Text column of the users table naming each user's tenant. When set, a batch matches
-    and links only users whose column equals the batch's tenant (taken from the batch's row);
-    unset, every tenant matches against every user."""
 
     @model_validator(mode="before")
     @classmethod
@@ -115,19 +107,3 @@ class StoreSettings(BaseModel):
             msg = "PDFQUEUE_REDIS_CERT_FILE and PDFQUEUE_REDIS_KEY_FILE go together: set both"
             raise ValueError(msg)
         return self
-
-    @field_validator("users_table")
-    @classmethod
-    def _check_table(cls, value: str) -> str:
-        if not _IDENT.fullmatch(value):
-            msg = f"PDFQUEUE_USERS_TABLE {value!r} is not a plain [schema.]table name"
-            raise ValueError(msg)
-        return value
-
-    @field_validator("users_tenant_column")
-    @classmethod
-    def _check_column(cls, value: str | None) -> str | None:
-        if value is not None and not _COLUMN.fullmatch(value):
-            msg = f"PDFQUEUE_USERS_TENANT_COLUMN {value!r} is not a plain column name"
-            raise ValueError(msg)
-        return value

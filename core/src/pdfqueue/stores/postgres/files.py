@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import asyncpg
@@ -25,6 +26,7 @@ from pdfqueue.domain.models import (
     Outcome,
     ReasonCount,
     RetryRound,
+    UserId,
     failed,
 )
 from pdfqueue.domain.names import safe_name
@@ -48,6 +50,25 @@ class FileStore:
 
     pool: asyncpg.Pool
     users: UsersTable
+
+    @cached_property
+    def _record_sql(self) -> str:
+        u = self.users
+        return _RECORD_MANY.format(files_type=u.files_type, user_col=u.files_column)
+
+    @cached_property
+    def _claim_sql(self) -> str:
+        u = self.users
+        return _CLAIM.format(
+            users=u.ident,
+            scope=u.scope("$1"),
+            id=u.id,
+            link=u.link,
+            files_type=u.files_type,
+            user_col=u.files_column,
+            c_user=u.as_id("c.user_id"),
+            l_user=u.as_id("l.linked_user"),
+        )
 
     async def record_ignored(self, batch_id: str, members: Sequence[tuple[int, str, str]]) -> None:
         """Members reported but not counted (not PDFs by name): (index, name, reason)."""
@@ -88,7 +109,7 @@ class FileStore:
 
     async def _record_many(self, batch_id: str, rows: Mapping[FileRef, Decision]) -> list[Any]:
         found: list[Any] = await self.pool.fetch(
-            _RECORD_MANY,
+            self._record_sql,
             batch_id,
             [ref.index for ref in rows],
             [safe_name(ref.name) for ref in rows],
@@ -172,7 +193,7 @@ class FileStore:
 
     async def _claim_run(self, run: Sequence[Claim]) -> list[Any]:
         found: list[Any] = await self.pool.fetch(
-            _CLAIM.format(users=self.users.ident, scope=self.users.scope("$1")),
+            self._claim_sql,
             run[0].ref.batch_id,
             [c.ref.index for c in run],
             [safe_name(c.ref.name) for c in run],
@@ -180,6 +201,8 @@ class FileStore:
             [c.object_key for c in run],
             [c.sha256 for c in run],
             [c.ocr for c in run],
+            self.users.links.before,
+            self.users.links.after,
         )
         return found
 
@@ -220,13 +243,13 @@ class FileStore:
 
     async def read(self, batch_id: str, *, after: int = -1, limit: int = 1000) -> list[FileResult]:
         rows = await self.pool.fetch(
-            f"SELECT idx, {', '.join(_FILE_COLUMNS)} FROM pdfqueue_files"
+            f"SELECT {_FILE_COLUMNS} FROM pdfqueue_files"
             " WHERE batch_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
             batch_id,
             after,
             limit,
         )
-        return [FileResult(index=r["idx"], **{k: r[k] for k in _FILE_COLUMNS}) for r in rows]
+        return [_file_result(r) for r in rows]
 
     async def page(self, batch_id: str, query: FileQuery) -> tuple[int, list[FileResult]]:
         """(rows matching the query's filters, the requested page of them)."""
@@ -235,15 +258,14 @@ class FileStore:
             f"SELECT count(*) FROM pdfqueue_files WHERE {where}", *args
         )
         rows = await self.pool.fetch(
-            f"SELECT idx, {', '.join(_FILE_COLUMNS)} FROM pdfqueue_files"
+            f"SELECT {_FILE_COLUMNS} FROM pdfqueue_files"
             f" WHERE {where} ORDER BY {_FILE_ORDER[query.sort]}"
             f" OFFSET ${len(args) + 1} LIMIT ${len(args) + 2}",
             *args,
             query.offset,
             query.limit,
         )
-        files = [FileResult(index=r["idx"], **{k: r[k] for k in _FILE_COLUMNS}) for r in rows]
-        return total, files
+        return total, [_file_result(r) for r in rows]
 
     async def reason_counts(self, batch_id: str) -> list[ReasonCount]:
         rows = await self.pool.fetch(
@@ -272,7 +294,8 @@ async def _mark_retrying(conn: Any, batch_id: str, *, all_failed: bool) -> int:
     if chosen:
         await conn.execute(
             "UPDATE pdfqueue_files SET outcome = 'retrying', tries = tries + 1,"
-            " previous_reason = reason, reason = NULL, user_id = NULL, object_key = NULL,"
+            " previous_reason = reason, reason = NULL, user_id = NULL, user_ref = NULL,"
+            " object_key = NULL,"
             " sha256 = NULL, ocr = false, recorded_at = now()"
             " WHERE batch_id = $1 AND idx = ANY($2::int[])",
             batch_id,
@@ -300,13 +323,13 @@ def placeholder_name(index: int) -> str:
 _RECORD_MANY = """
 WITH r AS (
     SELECT * FROM unnest(
-        $2::int[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bool[]
+        $2::int[], $3::text[], $4::text[], $5::text[], $6::{files_type}[], $7::text[], $8::bool[]
     ) AS r (idx, name, outcome, reason, user_id, sha256, ocr)
 ), ins AS (
-    INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason, user_id, sha256, ocr)
+    INSERT INTO pdfqueue_files (batch_id, idx, name, outcome, reason, {user_col}, sha256, ocr)
     SELECT $1, idx, name, outcome, reason, user_id, sha256, ocr FROM r
     ON CONFLICT (batch_id, idx) DO UPDATE SET outcome = EXCLUDED.outcome,
-        reason = EXCLUDED.reason, user_id = EXCLUDED.user_id, sha256 = EXCLUDED.sha256,
+        reason = EXCLUDED.reason, {user_col} = EXCLUDED.{user_col}, sha256 = EXCLUDED.sha256,
         ocr = EXCLUDED.ocr, recorded_at = now()
     WHERE pdfqueue_files.outcome = 'retrying'
     RETURNING idx, outcome, reason
@@ -323,45 +346,46 @@ _READ_FILES = (
 )
 
 # $1 batch; per file: $2 index, $3 name, $4 user id, $5 object key, $6 sha256, $7 ocr (each user
-# once). `u` locks the users' rows in id order and, having waited for them, reads their latest
-# committed pdf_url; the files' rows go in first, and only a row that went in (not a retry's
-# second delivery, whose rows are read by `_with_earlier`) links its user. `u` is scoped to the
-# batch's tenant, so `l` is too.
+# once); $8 and $9 the link's text before and after the key. `u` locks the users' rows in id
+# order and, having waited for them, reads their latest committed link; the files' rows go in
+# first, and only a row that went in (not a retry's second delivery, whose rows are read by
+# `_with_earlier`) links its user. `u` is scoped to the batch's tenant, so `l` is too. The
+# table's own names and types come from UsersTable (settings, validated), never from input.
 _CLAIM = """
 WITH c AS (
     SELECT * FROM unnest(
-        $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bool[]
+        $2::int[], $3::text[], $4::{files_type}[], $5::text[], $6::text[], $7::bool[]
     ) AS c (idx, name, user_id, object_key, sha256, ocr)
 ), u AS (
-    SELECT id, pdf_url FROM {users}
-    WHERE id IN (SELECT user_id FROM c){scope} ORDER BY id FOR UPDATE
+    SELECT {id} AS id, {link} AS link FROM {users}
+    WHERE {id} IN (SELECT {c_user} FROM c){scope} ORDER BY {id} FOR UPDATE
 ), d AS (
     SELECT c.*,
         CASE WHEN u.id IS NULL THEN 'skipped_no_match'
-             WHEN u.pdf_url IS NULL THEN 'linked'
+             WHEN u.link IS NULL THEN 'linked'
              ELSE 'skipped_already_exists' END AS outcome,
         CASE WHEN u.id IS NULL THEN 'no_user'
-             WHEN u.pdf_url IS NULL THEN NULL
-             WHEN u.pdf_url = c.object_key THEN 'duplicate'
+             WHEN u.link IS NULL THEN NULL
+             WHEN u.link = $8 || c.object_key || $9 THEN 'duplicate'
              ELSE 'already_linked' END AS reason
-    FROM c LEFT JOIN u ON u.id = c.user_id
+    FROM c LEFT JOIN u ON u.id = {c_user}
 ), ins AS (
     INSERT INTO pdfqueue_files
-        (batch_id, idx, name, outcome, reason, user_id, object_key, sha256, ocr)
+        (batch_id, idx, name, outcome, reason, {user_col}, object_key, sha256, ocr)
     SELECT $1, idx, name, outcome, reason, user_id,
         CASE WHEN outcome = 'linked' THEN object_key END, sha256, ocr
     FROM d ORDER BY idx
     ON CONFLICT (batch_id, idx) DO UPDATE SET outcome = EXCLUDED.outcome,
-        reason = EXCLUDED.reason, user_id = EXCLUDED.user_id,
+        reason = EXCLUDED.reason, {user_col} = EXCLUDED.{user_col},
         object_key = EXCLUDED.object_key, sha256 = EXCLUDED.sha256, ocr = EXCLUDED.ocr,
         recorded_at = now()
     WHERE pdfqueue_files.outcome = 'retrying'
-    RETURNING idx, outcome, reason, user_id, object_key
+    RETURNING idx, outcome, reason, {user_col} AS user_id, object_key
 ), linked AS (
-    UPDATE {users} SET pdf_url = l.linked_key
+    UPDATE {users} SET {link} = $8 || l.linked_key || $9
     FROM (SELECT user_id, object_key FROM ins WHERE outcome = 'linked')
         AS l (linked_user, linked_key)
-    WHERE id = l.linked_user
+    WHERE {id} = {l_user}
 )
 SELECT idx, outcome, reason FROM ins
 """
@@ -371,7 +395,7 @@ def _distinct_users(claims: Sequence[Claim]) -> list[list[Claim]]:
     """The claims in runs that each name a user once, in order: the n-th claim of a user
     goes in the n-th run."""
     runs: list[list[Claim]] = []
-    seen: dict[int, int] = {}
+    seen: dict[UserId, int] = {}
     for c in claims:
         n = seen.get(c.user_id, 0)
         seen[c.user_id] = n + 1
@@ -413,13 +437,13 @@ def _like_escape(text: str) -> str:
 
 
 _FILE_COLUMNS = (
-    "name",
-    "outcome",
-    "reason",
-    "user_id",
-    "object_key",
-    "sha256",
-    "ocr",
-    "tries",
-    "previous_reason",
+    "idx, name, outcome, reason, user_id, user_ref, object_key, sha256, ocr, tries, previous_reason"
 )
+_REPORTED = ("name", "outcome", "reason", "object_key", "sha256", "ocr", "tries", "previous_reason")
+
+
+def _file_result(row: asyncpg.Record) -> FileResult:
+    """A report row; the user's id as the users table has it: an integer (`user_id`), or
+    the text of a UUID or text id (`user_ref`, 0012)."""
+    user_id = row["user_id"] if row["user_id"] is not None else row["user_ref"]
+    return FileResult(index=row["idx"], user_id=user_id, **{k: row[k] for k in _REPORTED})

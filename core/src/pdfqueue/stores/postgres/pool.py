@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import asyncpg
 
+from pdfqueue.domain.links import UserLinks
+from pdfqueue.domain.models import UserId
+from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.driver_errors import postgres_errors, typed_call
+
+IdType = Literal["integer", "uuid", "text"]
 
 
 def quote_ident(name: str) -> str:
@@ -45,20 +51,75 @@ async def ping(pool: asyncpg.Pool) -> None:
 
 @dataclass(frozen=True)
 class UsersTable:
-    """The host application's table, and the column that scopes it by tenant (if any).
+    """The host application's table as configured (users settings): its columns, the type
+    of its id, the links it holds, and the column that scopes it by tenant (if any).
 
     With `tenant_column` set, every query of the table also requires the column to equal
     the tenant of the batch being processed, read from the batch's own row in the same
     statement: a batch can neither see nor link another tenant's users.
+
+    pdfqueue's own rows name a user in `pdfqueue_files.user_id` (bigint) when the ids are
+    integers, and in `user_ref` (text) otherwise (0012): integer ids keep the column and
+    the index they have always had, and a report shows each id as the table holds it.
     """
 
     name: str
     tenant_column: str | None = None
+    id_column: str = "id"
+    id_type: IdType = "integer"
+    email_column: str = "email"
+    link_column: str = "pdf_url"
+    links: UserLinks = field(default_factory=UserLinks)
+
+    @classmethod
+    def of(cls, settings: Settings, *, scoped: bool = False) -> UsersTable:
+        """The table `settings` names; scoped by tenant when `scoped` and a column is set."""
+        return cls(
+            settings.users_table,
+            settings.users_tenant_column if scoped else None,
+            settings.users_id_column,
+            settings.users_id_type,
+            settings.users_email_column,
+            settings.users_link_column,
+            UserLinks.of(settings.users_link_template, settings.storage_url),
+        )
 
     @property
     def ident(self) -> str:
         """The table's name, quoted for SQL."""
         return quote_ident(self.name)
+
+    @property
+    def id(self) -> str:
+        return quote_ident(self.id_column)
+
+    @property
+    def email(self) -> str:
+        return quote_ident(self.email_column)
+
+    @property
+    def link(self) -> str:
+        return quote_ident(self.link_column)
+
+    @property
+    def files_column(self) -> str:
+        """The column of `pdfqueue_files` that names a user of this table."""
+        return "user_id" if self.id_type == "integer" else "user_ref"
+
+    @property
+    def files_type(self) -> str:
+        """The SQL type of `files_column`, as ids are passed to it (`$n::<type>[]`)."""
+        return "bigint" if self.id_type == "integer" else "text"
+
+    def as_id(self, expr: str) -> str:
+        """`expr` (an id as `files_type`) as the id column's type, for comparing with it (a
+        cast on the parameter's side keeps the table's index usable)."""
+        return f"({expr})::uuid" if self.id_type == "uuid" else expr
+
+    def user_id(self, value: object) -> UserId:
+        """An id as asyncpg read it from the table (an int, a UUID, a str), as pdfqueue
+        keeps it: an int, or text."""
+        return value if isinstance(value, int) else str(value)
 
     def scope(self, batch_param: str) -> str:
         """SQL restricting the table to the tenant of the batch in `batch_param`."""

@@ -14,9 +14,10 @@ from datetime import datetime
 
 import asyncpg
 
-from pdfqueue.domain.models import TERMINAL
+from pdfqueue.domain.models import TERMINAL, UserId
+from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.driver_errors import postgres_errors, typed_methods
-from pdfqueue.stores.postgres.pool import quote_ident
+from pdfqueue.stores.postgres.pool import UsersTable
 
 ERASED_NAME = "[erased]"
 """What an erased person's file rows are called in their batch's report from then on."""
@@ -40,7 +41,7 @@ class StoredPdf:
 
     batch_id: str
     index: int
-    user_id: int
+    user_id: UserId
     object_key: str
 
 
@@ -70,10 +71,16 @@ class Removal:
 @typed_methods(postgres_errors)
 @dataclass(frozen=True)
 class RetentionStore:
-    """Queries of purging and erasure over one pool; `users_table` is the host's table."""
+    """Queries of purging and erasure over one pool; `users` is the host's table."""
 
     pool: asyncpg.Pool
-    users_table: str
+    users: UsersTable
+
+    @classmethod
+    def of(cls, pool: asyncpg.Pool, settings: Settings) -> RetentionStore:
+        """Over `pool`, with the users table as `settings` describe it (never scoped: an
+        erasure is of every tenant's rows of a person)."""
+        return cls(pool, UsersTable.of(settings))
 
     # --- which batches ----------------------------------------------------------------------
     async def ended_before(
@@ -140,7 +147,7 @@ class RetentionStore:
     async def stored_pdfs(self, batch_id: str, *, after: int, limit: int) -> list[StoredPdf]:
         """The batch's linked PDFs in index order, after index `after`."""
         rows = await self.pool.fetch(
-            "SELECT batch_id, idx, user_id, object_key FROM pdfqueue_files"
+            "SELECT batch_id, idx, user_id, user_ref, object_key FROM pdfqueue_files"
             " WHERE batch_id = $1 AND idx > $2 AND outcome = 'linked' AND object_key IS NOT NULL"
             " ORDER BY idx LIMIT $3",
             batch_id,
@@ -150,23 +157,25 @@ class RetentionStore:
         return [_stored(r) for r in rows]
 
     async def unlink(self, pdfs: Sequence[StoredPdf]) -> tuple[list[str], int]:
-        """Set back to NULL each user's `pdf_url` that still points at one of `pdfs`; returns
+        """Set back to NULL each user's link that still points at one of `pdfs`; returns
         the objects no other batch links (those may go) and how many links were unset. A
         link that has changed since is left alone, and so is an object another batch linked
         again."""
+        u = self.users
         async with self.pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
-                _EXCLUSIVE,
+                _EXCLUSIVE.format(files_type=u.files_type, user_col=u.files_column),
                 [p.batch_id for p in pdfs],
                 [p.user_id for p in pdfs],
                 [p.object_key for p in pdfs],
             )
             keys = [r["object_key"] for r in rows]
             status: str = await conn.execute(
-                f"UPDATE {quote_ident(self.users_table)} SET pdf_url = NULL"
-                " WHERE id = ANY($1::bigint[]) AND pdf_url = ANY($2::text[])",
+                f"UPDATE {u.ident} SET {u.link} = NULL WHERE {u.id} IN"
+                f" (SELECT {u.as_id('x')} FROM unnest($1::{u.files_type}[]) AS x)"
+                f" AND {u.link} = ANY($2::text[])",
                 [r["user_id"] for r in rows],
-                keys,
+                [u.links.link(k) for k in keys],
             )
         return keys, int(status.rsplit(maxsplit=1)[-1])
 
@@ -219,23 +228,28 @@ class RetentionStore:
         return True
 
     # --- a person ---------------------------------------------------------------------------
-    async def users_with_email(self, email: str) -> list[tuple[int, str | None]]:
-        """(id, pdf_url) of every user row with that address, case-insensitively."""
+    async def users_with_email(self, email: str) -> list[tuple[UserId, str | None]]:
+        """(id, linked key) of every user row with that address, case-insensitively: the
+        key the user's link names when pdfqueue's link template made it, else None."""
+        u = self.users
         rows = await self.pool.fetch(
-            f"SELECT id, pdf_url FROM {quote_ident(self.users_table)}"
-            " WHERE lower(email) = lower($1) ORDER BY id",
+            f"SELECT {u.id} AS id, {u.link} AS link FROM {u.ident}"
+            f" WHERE lower({u.email}) = lower($1) ORDER BY {u.id}",
             email,
         )
-        return [(r["id"], r["pdf_url"]) for r in rows]
+        return [
+            (u.user_id(r["id"]), None if r["link"] is None else u.links.key(r["link"]))
+            for r in rows
+        ]
 
     async def files_of_user(
-        self, user_id: int, *, after: tuple[str, int], limit: int
+        self, user_id: UserId, *, after: tuple[str, int], limit: int
     ) -> list[StoredPdf | tuple[str, int]]:
         """The file rows matched to `user_id` after (batch, index): a StoredPdf where the
         row linked an object, else the row's (batch, index)."""
         rows = await self.pool.fetch(
-            "SELECT batch_id, idx, user_id, object_key FROM pdfqueue_files"
-            " WHERE user_id = $1 AND (batch_id, idx) > ($2, $3)"
+            "SELECT batch_id, idx, user_id, user_ref, object_key FROM pdfqueue_files"
+            f" WHERE {self.users.files_column} = $1 AND (batch_id, idx) > ($2, $3)"
             " ORDER BY batch_id, idx LIMIT $4",
             user_id,
             *after,
@@ -243,14 +257,15 @@ class RetentionStore:
         )
         return [_stored(r) if r["object_key"] else (r["batch_id"], r["idx"]) for r in rows]
 
-    async def redact(self, user_id: int, rows: Sequence[tuple[str, int]]) -> int:
+    async def redact(self, user_id: UserId, rows: Sequence[tuple[str, int]]) -> int:
         """Make the rows say nothing of the person: no name, reason, user or object, the
         outcome (and so every count) kept. Returns how many rows changed."""
         status: str = await self.pool.execute(
             "UPDATE pdfqueue_files f SET name = $4, reason = NULL, previous_reason = NULL,"
-            " user_id = NULL, object_key = NULL, sha256 = NULL"
+            " user_id = NULL, user_ref = NULL, object_key = NULL, sha256 = NULL"
             " FROM unnest($2::text[], $3::int[]) AS r (batch_id, idx)"
-            " WHERE f.batch_id = r.batch_id AND f.idx = r.idx AND f.user_id = $1",
+            " WHERE f.batch_id = r.batch_id AND f.idx = r.idx"
+            f" AND f.{self.users.files_column} = $1",
             user_id,
             [b for b, _ in rows],
             [i for _, i in rows],
@@ -258,13 +273,14 @@ class RetentionStore:
         )
         return int(status.rsplit(maxsplit=1)[-1])
 
-    async def unlink_user(self, user_id: int, object_keys: Sequence[str]) -> bool:
-        """Set the user's `pdf_url` back to NULL if it points at one of `object_keys`."""
+    async def unlink_user(self, user_id: UserId, object_keys: Sequence[str]) -> bool:
+        """Set the user's link back to NULL if it points at one of `object_keys`."""
+        u = self.users
         status: str = await self.pool.execute(
-            f"UPDATE {quote_ident(self.users_table)} SET pdf_url = NULL"
-            " WHERE id = $1 AND pdf_url = ANY($2::text[])",
+            f"UPDATE {u.ident} SET {u.link} = NULL"
+            f" WHERE {u.id} = {u.as_id('$1')} AND {u.link} = ANY($2::text[])",
             user_id,
-            list(object_keys),
+            [u.links.link(k) for k in object_keys],
         )
         return status.rsplit(maxsplit=1)[-1] != "0"
 
@@ -331,11 +347,11 @@ _REMOVALS = "SELECT id, subject, action, at FROM pdfqueue_audit WHERE action = A
 # $1 batches, $2 users, $3 objects (one entry per stored PDF): those whose object no row of
 # another batch links, with the user whose link points at it.
 _EXCLUSIVE = """
-SELECT p.user_id, p.object_key FROM unnest($1::text[], $2::bigint[], $3::text[])
+SELECT p.user_id, p.object_key FROM unnest($1::text[], $2::{files_type}[], $3::text[])
     AS p (batch_id, user_id, object_key)
 WHERE NOT EXISTS (
     SELECT 1 FROM pdfqueue_files f
-    WHERE f.user_id = p.user_id AND f.object_key = p.object_key AND f.batch_id <> p.batch_id
+    WHERE f.{user_col} = p.user_id AND f.object_key = p.object_key AND f.batch_id <> p.batch_id
 )
 """
 
@@ -359,7 +375,8 @@ def _ended(row: asyncpg.Record) -> EndedBatch:
 
 
 def _stored(row: asyncpg.Record) -> StoredPdf:
-    return StoredPdf(row["batch_id"], row["idx"], row["user_id"], row["object_key"])
+    user_id = row["user_id"] if row["user_id"] is not None else row["user_ref"]
+    return StoredPdf(row["batch_id"], row["idx"], user_id, row["object_key"])
 
 
 def _removal(row: asyncpg.Record) -> Removal:
