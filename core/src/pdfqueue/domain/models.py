@@ -166,8 +166,9 @@ class FileResult(BaseModel):
     """`ignored` for a member that is not a PDF by name: reported, never counted;
     `retrying` while a retry of the batch has not yet decided the file again."""
     reason: str | None = None
-    user_id: int | None = None
-    """The matched user; null unless the tenant is in `PDFQUEUE_TRUSTED_TENANTS`."""
+    user_id: UserId | None = None
+    """The matched user, by the users table's id (a number, or text for UUID and text ids);
+    null unless the tenant is in `PDFQUEUE_TRUSTED_TENANTS`."""
     object_key: str | None = None
     """Where the linked PDF is stored; null unless the tenant is in `PDFQUEUE_TRUSTED_TENANTS`."""
     sha256: str | None = None

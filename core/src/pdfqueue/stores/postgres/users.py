@@ -36,7 +36,7 @@ def fits(id_type: str, column: ColumnType) -> bool:
 
 
 _COLUMNS = """
-SELECT a.attname AS name, t.typname AS type, t.typcategory AS category
+SELECT a.attname AS name, t.typname::text AS type, t.typcategory::text AS category
 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 """
