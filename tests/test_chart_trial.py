@@ -194,11 +194,44 @@ async def test_the_trial_table_of_a_schema_with_a_tenant_column_is_one_pdfqueue_
         )
         pool = await connect(settings.database_url, max_size=1)
         try:
-            await UserStore(pool, UsersTable(table, "tenant")).check_table()
+            assert await UserStore(pool, UsersTable(table, "tenant")).check_table() == []
         finally:
             await pool.close()
     finally:
         await db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.parametrize("id_type", ["integer", "uuid", "text"])
+async def test_the_trial_table_follows_the_users_columns_and_id_type(
+    id_type: str, settings: Settings, db: asyncpg.Connection
+) -> None:
+    """A trial of a table like the team's own: its names, its id type, made by the chart,
+    read by the worker's check without a complaint (no misfit, the match indexed)."""
+    names = {
+        "usersIdColumn": "account",
+        "usersEmailColumn": "mail",
+        "usersLinkColumn": "resume_link",
+        "usersIdType": id_type,
+    }
+    sets = [a for k, v in names.items() for a in ("--set", f"config.{k}={v}")]
+    await db.execute(_users_sql("--set", f"config.usersTable={settings.users_table}", *sets))
+    account = await db.fetchval(
+        f'INSERT INTO "{settings.users_table}" (mail) VALUES ($1) RETURNING account', "a@x.io"
+    )
+    assert account is not None  # generated: a row needs only its address
+    theirs = settings.model_copy(
+        update={
+            "users_id_column": "account",
+            "users_email_column": "mail",
+            "users_link_column": "resume_link",
+            "users_id_type": id_type,
+        }
+    )
+    pool = await connect(settings.database_url, max_size=1)
+    try:
+        assert await UserStore(pool, UsersTable.of(theirs)).check_table() == []
+    finally:
+        await pool.close()
 
 
 def test_the_readme_tour_s_kubectl_lines_are_the_ones_notes_print() -> None:

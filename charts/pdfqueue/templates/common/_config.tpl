@@ -26,6 +26,11 @@ PDFQUEUE_DATABASE_URL: {{ include "pdfqueue.postgresql.url" . | quote }}
 {{- end }}
 PDFQUEUE_QUEUE_NAME: {{ .Values.config.queueName | quote }}
 PDFQUEUE_USERS_TABLE: {{ .Values.config.usersTable | quote }}
+PDFQUEUE_USERS_ID_COLUMN: {{ .Values.config.usersIdColumn | quote }}
+PDFQUEUE_USERS_ID_TYPE: {{ .Values.config.usersIdType | quote }}
+PDFQUEUE_USERS_EMAIL_COLUMN: {{ .Values.config.usersEmailColumn | quote }}
+PDFQUEUE_USERS_LINK_COLUMN: {{ .Values.config.usersLinkColumn | quote }}
+PDFQUEUE_USERS_LINK_TEMPLATE: {{ .Values.config.usersLinkTemplate | quote }}
 PDFQUEUE_REDIS_STRICT: {{ .Values.config.redisStrict | quote }}
 PDFQUEUE_STORAGE_URL: {{ include "pdfqueue.storageUrl" . | quote }}
 {{- with include "pdfqueue.s3.endpointUrl" . }}
