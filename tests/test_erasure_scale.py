@@ -10,6 +10,7 @@ a job's worth of rows at a time, and an upload's `BatchStore.create` now and the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import statistics
@@ -29,7 +30,7 @@ from pdfqueue.runtime.connections import lifecycle_over
 from pdfqueue.stores.postgres.batches import BatchStore
 from pdfqueue.stores.postgres.files import FileStore
 from pdfqueue.stores.postgres.pool import UsersTable, connect
-from pdfqueue.stores.postgres.retention import _EXCLUSIVE, RetentionStore
+from pdfqueue.stores.postgres.retention import RetentionStore, exclusive_statement
 from pdfqueue.stores.storage import Storage
 
 ROWS = 100_000
@@ -251,11 +252,15 @@ async def test_purge_statements_use_index_ranges_at_100k_rows(
     page = await store.files_of_user(900000001, after=("", -1), limit=CHUNK_ROWS)
     assert page
     await store.redact(900000001, [(batches[0], 1)])
+    text_ids = RetentionStore(recording, dataclasses.replace(store.users, id_type="text"))
+    await text_ids.files_of_user("nobody", after=("", -1), limit=CHUNK_ROWS)  # user_ref (0012)
+    await text_ids.redact("nobody", [(batches[0], 1)])
     await eraser.purge(older_than_s=50 * 86400, tenant=tenant)  # ended_before, delete_files
     async with pool.acquire() as conn:  # unlink's statement runs on a connection of its own
-        recording.plans[_EXCLUSIVE] = await _plan(
+        exclusive = exclusive_statement(store.users)
+        recording.plans[exclusive] = await _plan(
             conn,
-            _EXCLUSIVE,
+            exclusive,
             [batches[1]] * 3,
             [900000003, 900000004, 900000005],
             ["pdfs/900000003/x.pdf", "pdfs/900000004/y.pdf", "pdfs/900000005/z.pdf"],

@@ -164,7 +164,7 @@ class RetentionStore:
         u = self.users
         async with self.pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
-                _EXCLUSIVE.format(files_type=u.files_type, user_col=u.files_column),
+                exclusive_statement(u),
                 [p.batch_id for p in pdfs],
                 [p.user_id for p in pdfs],
                 [p.object_key for p in pdfs],
@@ -354,6 +354,11 @@ WHERE NOT EXISTS (
     WHERE f.{user_col} = p.user_id AND f.object_key = p.object_key AND f.batch_id <> p.batch_id
 )
 """
+
+
+def exclusive_statement(users: UsersTable) -> str:
+    """`_EXCLUSIVE` for the users table's ids."""
+    return _EXCLUSIVE.format(files_type=users.files_type, user_col=users.files_column)
 
 
 async def _insert_audit(conn: asyncpg.Connection, r: AuditRecord) -> None:
