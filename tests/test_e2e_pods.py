@@ -77,25 +77,32 @@ def _cannot_run(reason: str, required: bool) -> None:
     pytest.skip(f"containers cannot run here: {reason}")
 
 
-@pytest.fixture(scope="module")
-def real_node(request: pytest.FixtureRequest) -> Iterator[Path]:
-    required = pods_mode(request.config) == "required"
-    if os.geteuid() != 0:
-        _cannot_run("not root (containerd, runc, network namespaces, iptables)", required)
-    env = _node_env()
-    # Installs the Debian packages the node needs; exit 3: this machine cannot run containers.
+def _node_check(required: bool) -> str:
+    """`tools/kube.sh node-check`: installs the Debian packages the node needs (iptables,
+    containerd, ...) and reclaims what a dead node left; its stderr. Exit 3: this machine
+    cannot run containers (skip, or fail where pods are required)."""
     check = subprocess.run(
         ["bash", str(KUBE_SH), "node-check", str(NODE_DIR)],
         capture_output=True,
         text=True,
         check=False,
-        env=env,
+        env=_node_env(),
         timeout=900,
     )
     reason = (check.stderr.strip().splitlines() or ["node-check failed"])[-1].removeprefix("kube: ")
     if check.returncode == NODE_CANNOT:
         _cannot_run(reason, required)
     assert check.returncode == 0, f"tools/kube.sh node-check failed:\n{check.stderr[-4000:]}"
+    return check.stderr
+
+
+@pytest.fixture(scope="module")
+def real_node(request: pytest.FixtureRequest) -> Iterator[Path]:
+    required = pods_mode(request.config) == "required"
+    if os.geteuid() != 0:
+        _cannot_run("not root (containerd, runc, network namespaces, iptables)", required)
+    env = _node_env()
+    _node_check(required)
     before = _host_network()
     try:
         run("bash", KUBE_SH, "up", NODE_DIR, "--real-node", timeout=3600, env=env)
@@ -132,6 +139,7 @@ def test_a_node_that_died_leaves_nothing_for_the_next_one(
     if os.geteuid() != 0:
         _cannot_run("not root (containerd, runc, network namespaces, iptables)", required)
     assert not OWNER_FILE.exists(), f"a real node runs here ({OWNER_FILE.read_text()})"
+    _node_check(required)  # first: on a fresh machine it installs iptables, used below
     bridge = os.environ.get("PDFQUEUE_NODE_BRIDGE", "pdfq0")
     dead = tmp_path / "dead"
     volume = dead / "kubelet/root/pods/p/volumes/v"
@@ -142,17 +150,9 @@ def test_a_node_that_died_leaves_nothing_for_the_next_one(
         OWNER_FILE.write_text(f"{dead}\n")
         run("ip", "link", "add", bridge, "type", "bridge")
         run("iptables", "-N", "PDFQ-FWD")
-        check = subprocess.run(
-            ["bash", str(KUBE_SH), "node-check", str(NODE_DIR)],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=_node_env(),
-            timeout=900,
-        )
-        assert check.returncode == 0, check.stderr[-4000:]
+        reclaimed = _node_check(required)
         assert f"no longer runs left mounts under {dead} bridge {bridge} chains PDFQ-*" in (
-            check.stderr
+            reclaimed
         )
         host = _host_network()
         assert host["bridge"] is False
