@@ -158,6 +158,7 @@ class BatchService:
                 self.storage,
                 key,
                 chunks,
+                tenant=tenant,
                 max_bytes=self.settings.max_upload_bytes,
                 part_bytes=self.settings.upload_part_bytes,
                 directory_limits=DirectoryLimits.from_settings(self.settings),

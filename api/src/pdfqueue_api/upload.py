@@ -215,12 +215,14 @@ async def store_upload(
     key: str,
     chunks: AsyncIterator[bytes],
     *,
+    tenant: str,
     max_bytes: int,
     part_bytes: int,
     directory_limits: DirectoryLimits,
 ) -> int:
-    """Write `chunks` to `key` in parts; nothing stays behind if anything goes wrong."""
-    sink = await storage.begin_upload(key)
+    """Write `chunks` to `key` in parts (encrypted with `tenant`'s key where tenants have
+    their own); nothing stays behind if anything goes wrong."""
+    sink = await storage.begin_upload(key, tenant=tenant)
     buffer = bytearray()
     size = 0
     try:

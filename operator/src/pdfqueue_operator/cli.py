@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging()
     importlib.import_module("pdfqueue_operator")  # registers the handlers
     settings = Settings()
-    if start_refused(settings, "operator"):  # a store's certificate: say so, and stop
+    if start_refused(settings, "operator", writes=False):  # a store's certificate: say so, and stop
         return 2
     return asyncio.run(
         process.run(settings, namespaces=args.namespace or (), standalone=args.standalone)

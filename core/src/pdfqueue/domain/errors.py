@@ -386,6 +386,26 @@ class CertificateRejected(DependencyMisconfigured):
         return f"{self.service}: TLS certificate not accepted: {self.why}"
 
 
+class EncryptionRefused(DependencyMisconfigured):
+    """The object store did not apply the server-side encryption pdfqueue asks for (it
+    ignores the header, or its KMS key is missing, disabled or not pdfqueue's to use): a
+    deployment to fix, found by the probe write at start and by every write's answer, so
+    that nothing is stored in the clear while the settings say otherwise."""
+
+    def __init__(self, asked: str, why: str) -> None:
+        ConfigurationError.__init__(
+            self,
+            f"storage: server-side encryption {asked} not applied: {why} (check"
+            " PDFQUEUE_S3_SSE, the KMS key and pdfqueue's permission to use it)",
+        )
+        self.service = "storage"
+        self.asked = asked
+        self.why = why
+
+    def public_detail(self) -> str:
+        return "storage: server-side encryption not applied: the deployment needs fixing"
+
+
 class ObjectNotFound(PermanentError):
     http_status = 404
     reason = "upload_gone"

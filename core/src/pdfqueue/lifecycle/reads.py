@@ -44,6 +44,14 @@ class BatchReads:
             return durable
         return live.summary.model_copy(update={"file_name": durable.file_name})
 
+    async def tenant(self, batch_id: str) -> str | None:
+        """The batch's tenant: one field of the live state, else the durable row's."""
+        live = await self.state.tenant(batch_id)
+        if live:
+            return live
+        row = await self.batches.get(batch_id)
+        return row.tenant if row is not None else None
+
     async def status(self, batch_id: str) -> BatchStatus | None:
         """The live status (None once the live state expired)."""
         return await self.state.status(batch_id)

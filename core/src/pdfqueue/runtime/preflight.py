@@ -7,7 +7,9 @@ not verify (a wrong or missing CA, an expired certificate, a host name it is not
 gets better by waiting, so the process stops at once and says which store and why, instead
 of retrying for minutes with the cause in a log line among many. The same holds for a
 users table whose columns are not of the types the users settings name (`users=True`, the
-worker's check): a setting to change, not a wait.
+worker's check): a setting to change, not a wait; and for an S3 store that does not encrypt
+what pdfqueue writes as PDFQUEUE_S3_SSE asks, or refuses its KMS key (a probe object is
+written, checked and deleted per key in use).
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ import asyncio
 import logging
 import sys
 
-from pdfqueue.domain.errors import CertificateRejected, PdfQueueError, UsersTableMisfit
+from pdfqueue.domain.errors import (
+    CertificateRejected,
+    EncryptionRefused,
+    PdfQueueError,
+    UsersTableMisfit,
+)
 from pdfqueue.domain.settings import Settings
 from pdfqueue.stores.postgres.pool import UsersTable, connect
 from pdfqueue.stores.postgres.users import UserStore
@@ -28,17 +35,20 @@ PREFLIGHT_TIMEOUT_S = 2.0
 """Each store's look at most: a store that takes longer is one the process waits for."""
 
 
-async def refuse_untrusted(settings: Settings, *, storage: bool = True) -> None:
+async def refuse_untrusted(
+    settings: Settings, *, storage: bool = True, writes: bool = True
+) -> None:
     """Raise CertificateRejected for the first of Redis, PostgreSQL and (with `storage`) S3
-    whose TLS does not verify; anything else (a store down, a refusal the process's own wait
-    reports) is logged and left to the process."""
+    whose TLS does not verify, EncryptionRefused for an S3 that does not encrypt as asked;
+    anything else (a store down, a refusal the process's own wait reports) is logged and
+    left to the process. `writes`: the process writes to S3 (the encryption probe is made)."""
     checks = [("redis", _redis(settings)), ("postgresql", _postgres(settings))]
     if storage:
-        checks.append(("storage", _storage(settings)))
+        checks.append(("storage", _storage(settings, writes=writes)))
     for name, check in checks:
         try:
             await asyncio.wait_for(check, PREFLIGHT_TIMEOUT_S)
-        except CertificateRejected:
+        except (CertificateRejected, EncryptionRefused):
             for _, rest in checks:
                 rest.close()  # the checks not awaited yet
             raise
@@ -80,28 +90,32 @@ async def refuse_misfit_users(settings: Settings) -> None:
         await pool.close()
 
 
-async def _storage(settings: Settings) -> None:
+async def _storage(settings: Settings, *, writes: bool) -> None:
     storage = Storage.from_settings(settings, threads=1)
     try:
         await storage.check()
+        if writes:
+            await storage.probe_encryption()
     finally:
         await storage.aclose()
 
 
-def start_refused(settings: Settings, command: str, *, users: bool = False) -> bool:
+def start_refused(
+    settings: Settings, command: str, *, users: bool = False, writes: bool = True
+) -> bool:
     """For a process's command line: run `refuse_untrusted` (and, with `users`,
     `refuse_misfit_users`) before anything starts; if refused, say `pdfqueue <command>:
     refusing to start: <why>` on stderr and answer True (the command exits 2, as for
-    settings it cannot run with)."""
+    settings it cannot run with). `writes`: it writes to S3 (the API and the worker)."""
 
     async def checks() -> None:
-        await refuse_untrusted(settings)
+        await refuse_untrusted(settings, writes=writes)
         if users:
             await refuse_misfit_users(settings)
 
     try:
         asyncio.run(checks())
-    except (CertificateRejected, UsersTableMisfit) as exc:
+    except (CertificateRejected, EncryptionRefused, UsersTableMisfit) as exc:
         print(f"pdfqueue {command}: refusing to start: {exc}", file=sys.stderr)
         return True
     return False

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from pdfqueue.domain import keys
-from pdfqueue.domain.errors import DependencyRejected
+from pdfqueue.domain.errors import DependencyRejected, StorageError
 from pdfqueue.domain.models import (
     BatchStatus,
     Claim,
@@ -346,8 +346,12 @@ async def _link(
     if not claims:
         return decided
     with stage("store"):
+        tenant = await _tenant(deps, claims[0].ref.batch_id)
         await asyncio.gather(
-            *(deps.storage.put(key, data, sha256=h) for key, (data, h) in objects.items())
+            *(
+                deps.storage.put(key, data, sha256=h, tenant=tenant)
+                for key, (data, h) in objects.items()
+            )
         )
     with stage("claim"):
         decided.update(claimed := await deps.files.claim(claims))
@@ -355,6 +359,19 @@ async def _link(
     lost = {c.object_key for c in claims if _lost(claimed[c.ref])} - won
     await asyncio.gather(*(deps.storage.delete(key) for key in lost))
     return decided
+
+
+async def _tenant(deps: Deps, batch_id: str) -> str | None:
+    """The batch's tenant, when its PDFs are encrypted with its own KMS key (else None: one
+    key for all, no read). Never the installation's key for want of a tenant: a batch no
+    store names (yet) is retried."""
+    if not deps.storage.encrypts_by_tenant:
+        return None
+    tenant = await deps.lifecycle.reads.tenant(batch_id)
+    if tenant is None:
+        msg = f"batch {batch_id}'s tenant is not known: its KMS key cannot be chosen"
+        raise StorageError(msg)
+    return tenant
 
 
 def _lost(d: Decision) -> bool:

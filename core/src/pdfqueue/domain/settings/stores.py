@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
@@ -17,7 +17,11 @@ from pydantic import (
     model_validator,
 )
 
+from pdfqueue.domain.tenants import valid_tenant
+
 _URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
+_KMS_KEY_ID = re.compile(r"[A-Za-z0-9:/_.+=@-]{1,2048}")
+"""A KMS key as S3 takes it: a key id, an alias (`alias/name`), or either's ARN."""
 
 
 def _with_password(service: str, url: str, password: object) -> str:
@@ -79,6 +83,20 @@ class StoreSettings(BaseModel):
     """CA certificates (PEM) that an `https://` S3 endpoint's certificate must chain to, for
     both ways pdfqueue reaches S3 (boto3, and the native requests of the per-PDF path);
     unset, the system's. `AWS_CA_BUNDLE` is read too, as boto3 would."""
+    s3_sse: Literal["none", "sse-s3", "sse-kms"] = "none"
+    """Server-side encryption asked for on every object pdfqueue writes (uploaded ZIPs and
+    linked PDFs, on both ways it writes): `sse-s3` (S3's own keys, `AES256`), `sse-kms` (a KMS
+    key: `s3_sse_kms_key_id`, else the bucket's default KMS key), or `none` (the bucket's
+    default encryption applies, if any). Checked at start by writing a probe object, and on
+    every write by the store's answer: a store that does not apply it is refused, never
+    written to in the clear."""
+    s3_sse_kms_key_id: str | None = None
+    """The KMS key of `sse-kms`: a key id, `alias/<name>` or an ARN."""
+    s3_sse_tenant_kms_key_ids: dict[str, str] = Field(default_factory=dict)
+    """Per-tenant KMS keys of `sse-kms` as JSON, e.g. `{"acme": "alias/acme-pdfs"}`: a
+    tenant's uploads and linked PDFs are encrypted with its own key, the others' with
+    `s3_sse_kms_key_id`. A PDF linked to a user of a users table shared by tenants is stored
+    once, under the key of the tenant whose batch linked it."""
 
     @model_validator(mode="before")
     @classmethod
@@ -100,6 +118,36 @@ class StoreSettings(BaseModel):
             msg = f"{name}: no such file: {value}"  # a path, not a secret
             raise ValueError(msg)
         return value
+
+    @field_validator("s3_sse_kms_key_id")
+    @classmethod
+    def _check_kms_key(cls, value: str | None) -> str | None:
+        if value is not None and not _KMS_KEY_ID.fullmatch(value):
+            msg = "PDFQUEUE_S3_SSE_KMS_KEY_ID must be a KMS key id, alias/<name> or an ARN"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("s3_sse_tenant_kms_key_ids")
+    @classmethod
+    def _check_tenant_kms_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for tenant, key in value.items():
+            if not valid_tenant(tenant) or not _KMS_KEY_ID.fullmatch(key):
+                msg = (
+                    "PDFQUEUE_S3_SSE_TENANT_KMS_KEY_IDS maps tenant names to KMS key ids,"
+                    " aliases or ARNs"
+                )
+                raise ValueError(msg)
+        return value
+
+    @model_validator(mode="after")
+    def _check_encryption(self) -> Self:
+        if self.s3_sse != "sse-kms" and (self.s3_sse_kms_key_id or self.s3_sse_tenant_kms_key_ids):
+            msg = "KMS keys are set but PDFQUEUE_S3_SSE is not sse-kms: set PDFQUEUE_S3_SSE=sse-kms"
+            raise ValueError(msg)
+        if self.s3_sse != "none" and not self.storage_url.startswith("s3://"):
+            msg = "PDFQUEUE_S3_SSE applies to an s3:// PDFQUEUE_STORAGE_URL only"
+            raise ValueError(msg)
+        return self
 
     @model_validator(mode="after")
     def _check_client_certificate(self) -> Self:

@@ -248,6 +248,10 @@ class BatchState:
         until = await self.redis.zscore(keys.ERASED, keys.checked(batch_id))
         return until is not None and until > datetime.now(UTC).timestamp() * 1000
 
+    async def tenant(self, batch_id: str) -> str | None:
+        raw = await cast(Awaitable[bytes | None], self.redis.hget(keys.batch(batch_id), "tenant"))
+        return _text(raw) if raw else None
+
     async def status(self, batch_id: str) -> BatchStatus | None:
         raw = await cast(Awaitable[bytes | None], self.redis.hget(keys.batch(batch_id), "status"))
         return BatchStatus(_text(raw)) if raw else None

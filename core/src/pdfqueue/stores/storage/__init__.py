@@ -35,10 +35,11 @@ class Backend(Protocol):
     def expire_uploads(self, days: int) -> bool: ...
     def size(self, key: str) -> int: ...
     def read_range(self, key: str, start: int, length: int) -> bytes: ...
-    def put(self, key: str, data: bytes) -> None: ...
+    def put(self, key: str, data: bytes, tenant: str | None = None) -> None: ...
     def delete(self, key: str) -> None: ...
     def exists(self, key: str) -> bool: ...
-    def begin_upload(self, key: str) -> UploadSink: ...
+    def begin_upload(self, key: str, tenant: str | None = None) -> UploadSink: ...
+    def probe_encryption(self) -> None: ...
 
 
 class UploadSink(Protocol):
@@ -65,6 +66,7 @@ class Storage:
                 backend.location.prefix,
                 connections=threads,
                 ca_file=backend.ca_file,
+                encryption=backend.encryption,
             )
             if isinstance(backend, S3Backend)
             else None
@@ -100,13 +102,16 @@ class Storage:
             return await self._s3.read_range(key, start, length)
         return await self.run(self.backend.read_range, key, start, length)
 
-    async def put(self, key: str, data: bytes, *, sha256: str | None = None) -> None:
+    async def put(
+        self, key: str, data: bytes, *, sha256: str | None = None, tenant: str | None = None
+    ) -> None:
         """Store `data` under `key`; `sha256`, its hex digest when the caller has it (the
-        S3 request signs it, and the server checks the body against it)."""
+        S3 request signs it, and the server checks the body against it); `tenant`, whose
+        KMS key encrypts it when tenants have keys of their own (`encryption.by_tenant`)."""
         if self._s3 is not None:
-            await self._s3.put(key, data, sha256)
+            await self._s3.put(key, data, sha256, tenant)
         else:
-            await self.run(self.backend.put, key, data)
+            await self.run(self.backend.put, key, data, tenant)
 
     async def delete(self, key: str) -> None:
         if self._s3 is not None:
@@ -117,8 +122,18 @@ class Storage:
     async def exists(self, key: str) -> bool:
         return await self.run(self.backend.exists, key)
 
-    async def begin_upload(self, key: str) -> UploadSink:
-        return await self.run(self.backend.begin_upload, key)
+    async def begin_upload(self, key: str, *, tenant: str | None = None) -> UploadSink:
+        return await self.run(self.backend.begin_upload, key, tenant)
+
+    async def probe_encryption(self) -> None:
+        """EncryptionRefused if the store does not encrypt as PDFQUEUE_S3_SSE asks (a probe
+        object written, checked and deleted per key in use); nothing to do without it."""
+        await self.run(self.backend.probe_encryption)
+
+    @property
+    def encrypts_by_tenant(self) -> bool:
+        """Whether a write must name its tenant (tenants have KMS keys of their own)."""
+        return isinstance(self.backend, S3Backend) and self.backend.encryption.by_tenant
 
     def url(self, key: str) -> str:
         return self.backend.describe().rstrip("/") + "/" + key

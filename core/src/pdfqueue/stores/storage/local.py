@@ -56,8 +56,8 @@ class FileBackend:
         except FileNotFoundError as exc:
             raise ObjectNotFound(key) from exc
 
-    def put(self, key: str, data: bytes) -> None:
-        sink = self.begin_upload(key)
+    def put(self, key: str, data: bytes, tenant: str | None = None) -> None:
+        sink = self.begin_upload(key, tenant)
         sink.write_part(data)
         sink.complete()
 
@@ -67,8 +67,11 @@ class FileBackend:
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
-    def begin_upload(self, key: str) -> UploadSink:
+    def begin_upload(self, key: str, tenant: str | None = None) -> UploadSink:
         return _FileUpload(self._path(key))
+
+    def probe_encryption(self) -> None:
+        """A folder has no server-side encryption to check (the settings refuse asking it)."""
 
 
 class _FileUpload:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -13,14 +14,20 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from pdfqueue.domain.errors import (
     DependencyMisconfigured,
+    EncryptionRefused,
     ObjectNotFound,
     PdfQueueError,
     StorageError,
 )
 from pdfqueue.domain.keys import UPLOADS_PREFIX
 from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.storage.encryption import Encryption
 from pdfqueue.stores.storage.expiry import NO_LIFECYCLE_CODES, with_uploads_rule
 from pdfqueue.stores.storage.s3errors import botocore_error, error_code, s3_error
+
+PROBE_KEY = ".pdfqueue/encryption-probe"
+"""The object `probe_encryption` writes, reads the encryption of and deletes (under the
+prefix; no batch or user key starts with a dot)."""
 
 if TYPE_CHECKING:
     from pdfqueue.stores.storage import UploadSink
@@ -72,6 +79,7 @@ class S3Backend:
             "s3", endpoint_url=settings.s3_endpoint_url, config=config, verify=self.ca_file
         )
         self.create_bucket_allowed = settings.s3_create_bucket
+        self.encryption = Encryption.of(settings)
 
     def _key(self, key: str) -> str:
         return self.location.prefix + key
@@ -136,14 +144,40 @@ class S3Backend:
         body: bytes = obj["Body"].read()
         return body
 
-    def put(self, key: str, data: bytes) -> None:
-        self._call(
+    def put(self, key: str, data: bytes, tenant: str | None = None) -> None:
+        """Store `data`, encrypted as configured (with `tenant`'s KMS key if it has one)."""
+        answer = self._call(
             self.client.put_object,
             key,
             Key=self._key(key),
             Body=data,
             ContentType="application/pdf",
+            **self.encryption.request_args(tenant),
         )
+        self.encryption.require(answer.get("ServerSideEncryption"), key)
+
+    def encryption_of(self, key: str) -> str | None:
+        """The server-side encryption S3 says `key` is stored with (a HEAD)."""
+        head = self._call(self.client.head_object, key, Key=self._key(key))
+        answered: str | None = head.get("ServerSideEncryption")
+        return answered
+
+    def probe_encryption(self) -> None:
+        """Write, check and delete one small object with each key in use; EncryptionRefused
+        naming the key when the store does not encrypt it or refuses the key (other errors,
+        an outage or credentials, are the process's to wait for, as at any other start)."""
+        for tenant in self.encryption.probes():
+            key = self.encryption.key_for(tenant)
+            named = f"KMS key {key}" if key else "the default key"
+            whose = f" (tenant {tenant})" if tenant else ""
+            try:
+                self.put(PROBE_KEY, b"pdfqueue encryption probe", tenant)
+                self.encryption.require(self.encryption_of(PROBE_KEY), PROBE_KEY)
+            except EncryptionRefused as exc:
+                raise EncryptionRefused(exc.asked, f"{named}{whose}: {exc.why}") from exc
+            finally:
+                with contextlib.suppress(PdfQueueError):  # nothing written, or the next probe
+                    self.delete(PROBE_KEY)
 
     def delete(self, key: str) -> None:
         self._call(self.client.delete_object, key, Key=self._key(key))
@@ -155,17 +189,23 @@ class S3Backend:
             return False
         return True
 
-    def begin_upload(self, key: str) -> UploadSink:
-        return _S3Upload(self, self._key(key))
+    def begin_upload(self, key: str, tenant: str | None = None) -> UploadSink:
+        return _S3Upload(self, key, tenant)
 
 
 class _S3Upload:
     """A multipart upload: parts stream straight to S3, so memory holds one part at most."""
 
-    def __init__(self, backend: S3Backend, full_key: str) -> None:
+    def __init__(self, backend: S3Backend, key: str, tenant: str | None) -> None:
         self.backend = backend
-        self.key = full_key
-        created = backend._call(backend.client.create_multipart_upload, full_key, Key=full_key)
+        self.relative_key = key
+        self.key = full_key = backend._key(key)
+        created = backend._call(
+            backend.client.create_multipart_upload,
+            full_key,
+            Key=full_key,
+            **backend.encryption.request_args(tenant),
+        )
         self.upload_id: str = created["UploadId"]
         self.parts: list[dict[str, Any]] = []
 
@@ -189,6 +229,9 @@ class _S3Upload:
             UploadId=self.upload_id,
             MultipartUpload={"Parts": self.parts},
         )
+        encryption = self.backend.encryption
+        if encryption.algorithm is not None:  # not every store repeats it in this answer
+            encryption.require(self.backend.encryption_of(self.relative_key), self.relative_key)
 
     def abort(self) -> None:
         self.backend._call(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from botocore.exceptions import (
     BotoCoreError,
     NoCredentialsError,
@@ -13,6 +15,7 @@ from botocore.exceptions import (
 from pdfqueue.domain.errors import (
     CertificateRejected,
     DependencyMisconfigured,
+    EncryptionRefused,
     ObjectNotFound,
     PdfQueueError,
     StorageError,
@@ -63,10 +66,20 @@ ACCESS_CODES = frozenset(
 """Credentials, their permissions or the clock: what an operator fixes, not an outage."""
 
 
+_CODE = re.compile(r"[A-Za-z][A-Za-z0-9.:]{0,63}")
+"""An error code as S3 and its peers spell them: `NoSuchKey`, `KMS.NotFoundException`,
+MinIO's `kms:KeyNotFound`."""
+
+
 def error_code(raw: str, status: int) -> str:
     """The S3 error code as a bounded label (it reaches messages, logs and the batch's
-    error): the code when it is one (letters and digits), else the HTTP status."""
-    return raw if raw.isascii() and raw.isalnum() and len(raw) <= 64 else str(status)
+    error): the code when it is one (letters, digits, `.` and `:`), else the HTTP status."""
+    return raw if _CODE.fullmatch(raw) else str(status)
+
+
+def is_kms(code: str) -> bool:
+    """A refusal of the KMS key that SSE-KMS asked for (missing, disabled, not allowed)."""
+    return code.lower().startswith("kms")
 
 
 def is_throttled(status: int, code: str) -> bool:
@@ -80,7 +93,15 @@ def is_transient(status: int, code: str) -> bool:
 
 def s3_error(status: int, code: str, key: str | None, what: str) -> PdfQueueError:
     """The pdfqueue error for an S3 error answer to the request `what` (on `key` if any):
-    transient (5xx, 408, throttling) as StorageError; 401/403 and a missing bucket as
+    a refused KMS key as EncryptionRefused (MinIO answers a missing one 404, which must not
+    read as a missing object), else as `_by_status` types it."""
+    if is_kms(code) and "thrott" not in code.lower():
+        return EncryptionRefused("aws:kms", f"S3 {code} (HTTP {status}) on {what}")
+    return _by_status(status, code, key, what)
+
+
+def _by_status(status: int, code: str, key: str | None, what: str) -> PdfQueueError:
+    """Transient (5xx, 408, throttling) as StorageError; 401/403 and a missing bucket as
     DependencyMisconfigured; a missing object as ObjectNotFound; any other 4xx (400, 411,
     413, 416 ...) as StorageRejected, permanent."""
     if is_transient(status, code) or status == 408:

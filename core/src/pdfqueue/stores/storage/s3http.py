@@ -20,6 +20,7 @@ from yarl import URL
 
 from pdfqueue.domain.errors import CertificateRejected, StorageError
 from pdfqueue.stores.driver_errors import tls_failure
+from pdfqueue.stores.storage.encryption import SSE_HEADER, Encryption
 from pdfqueue.stores.storage.s3errors import (
     botocore_error,
     error_code,
@@ -29,6 +30,8 @@ from pdfqueue.stores.storage.s3errors import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from botocore.credentials import ReadOnlyCredentials
 
 # What botocore's "standard" retry mode retries, and how long it waits in between.
@@ -163,8 +166,10 @@ class AsyncS3:
         *,
         connections: int,
         ca_file: str | None = None,
+        encryption: Encryption | None = None,
     ) -> None:
         self.client = client
+        self.encryption = encryption or Encryption()
         self.tls = ssl.create_default_context(cafile=ca_file)
         """As boto3 verifies: the certificate against `ca_file` (else the system's CAs) and
         the endpoint's host name."""
@@ -179,13 +184,17 @@ class AsyncS3:
         if length <= 0:
             return b""
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
-        status, data = await self._request("GET", key, headers=headers)
+        status, _, data = await self._request("GET", key, headers=headers)
         # 206 as asked; a server that ignores Range answers 200 with the whole object
         return data[start : start + length] if status == 200 else data
 
-    async def put(self, key: str, data: bytes, sha256: str | None = None) -> None:
-        headers = {"Content-Type": "application/pdf"}
-        await self._request("PUT", key, body=data, headers=headers, sha256=sha256)
+    async def put(
+        self, key: str, data: bytes, sha256: str | None = None, tenant: str | None = None
+    ) -> None:
+        """Store `data`, encrypted as configured (with `tenant`'s KMS key if it has one)."""
+        headers = {"Content-Type": "application/pdf", **self.encryption.headers(tenant)}
+        _, answer, _ = await self._request("PUT", key, body=data, headers=headers, sha256=sha256)
+        self.encryption.require(answer.get(SSE_HEADER), key)
 
     async def delete(self, key: str) -> None:
         await self._request("DELETE", key)
@@ -219,17 +228,43 @@ class AsyncS3:
             )
         return self._session
 
-    def _sign(
-        self, method: str, path: str, body: bytes, headers: dict[str, str], sha256: str | None
-    ) -> dict[str, str]:
-        credentials = self.client._get_credentials()  # the client's provider chain
+    async def _credentials(self) -> ReadOnlyCredentials:
+        """The client's current credentials, from its provider chain (static keys, a web
+        identity token, the container-credentials endpoint of EKS Pod Identity or ECS...).
+
+        Credentials that expire are refreshed by botocore inside `get_frozen_credentials`,
+        15 minutes before their end, with an HTTP call to their provider: that call runs
+        on a thread, never on the event loop every PDF shares.
+        """
+        credentials = self.client._get_credentials()
         if credentials is None:
             raise botocore_error(NoCredentialsError())
+        refresh_needed = getattr(credentials, "refresh_needed", None)
+        try:
+            if refresh_needed is not None and refresh_needed():
+                frozen: ReadOnlyCredentials = await asyncio.to_thread(
+                    credentials.get_frozen_credentials
+                )
+                return frozen
+            frozen = credentials.get_frozen_credentials()
+        except BotoCoreError as exc:  # the provider did not answer, or refused
+            raise botocore_error(exc) from exc
+        return frozen
+
+    def _sign(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        credentials: ReadOnlyCredentials,
+        sha256: str | None,
+    ) -> dict[str, str]:
         digest = sha256 or hashlib.sha256(body).hexdigest()
-        frozen = credentials.get_frozen_credentials()
         host = self._resolved().host
         return self._signer.headers(
-            frozen, method, host=host, path=path, headers=headers, payload_sha256=digest
+            credentials, method, host=host, path=path, headers=headers, payload_sha256=digest
         )
 
     async def _request(
@@ -240,20 +275,24 @@ class AsyncS3:
         body: bytes = b"",
         headers: dict[str, str] | None = None,
         sha256: str | None = None,
-    ) -> tuple[int, bytes]:
-        """Status and body of a 2xx answer; retries what botocore retries, then raises."""
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """Status, headers and body of a 2xx answer; retries what botocore retries, then
+        raises."""
         endpoint = self._resolved()
         encoded: str = percent_encode(self.prefix + key, safe="/~")  # as botocore encodes a Key
         url, path = endpoint.url + encoded, endpoint.path + encoded
         attempt = 0
         while True:
             attempt += 1
-            signed = self._sign(method, path, body, headers or {}, sha256)
+            credentials = await self._credentials()
+            signed = self._sign(
+                method, path, body, headers or {}, credentials=credentials, sha256=sha256
+            )
             try:
                 async with self._http().request(
                     method, URL(url, encoded=True), data=body or None, headers=signed
                 ) as response:
-                    status, data = response.status, await response.read()
+                    status, answer, data = response.status, response.headers, await response.read()
             except aiohttp.ClientSSLError as exc:  # no retry cures a certificate
                 raise CertificateRejected("S3", tls_failure(exc) or str(exc)) from exc
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -262,7 +301,7 @@ class AsyncS3:
                     continue
                 raise StorageError(f"S3 unreachable: {type(exc).__name__}: {exc}") from exc
             if status < 300:
-                return status, data
+                return status, answer, data
             found = _ERROR_CODE.search(data)
             code = error_code(found.group(1).decode(errors="replace") if found else "", status)
             if attempt < MAX_ATTEMPTS and is_transient(status, code):
