@@ -18,7 +18,6 @@ import contextlib
 import datetime
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from pdfqueue.stores.redis.client import arq_settings, open_redis, ping
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import Child, free_port, wait_http, wait_until
 from tests.support.helpers import settings_env
+from tests.support.servers import serving
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSITYGW = (
@@ -90,31 +90,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return Pki(root / "ca.pem", certs)
 
 
-def _listening(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-        return True
-    return False
-
-
-@contextlib.contextmanager
-def _server(
-    argv: list[str], port: int, log: Path, env: dict[str, str] | None = None
-) -> Iterator[None]:
-    with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        wait_until(
-            lambda: proc.poll() is None and _listening(port),
-            f"{argv[0]} on port {port}",
-            timeout_s=30,
-            diagnostics=lambda: log.read_text(errors="replace")[-2000:],
-        )
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 @contextlib.contextmanager
 def redis_tls(pki: Pki, cert: str, tmp_path: Path) -> Iterator[str]:
     """redis-server on a TLS port only, with `cert`; its URL as the ACL user `pdfqueue`."""
@@ -126,7 +101,7 @@ def redis_tls(pki: Pki, cert: str, tmp_path: Path) -> Iterator[str]:
     argv += ["--save", "", "--appendonly", "no", "--dir", str(tmp_path)]
     argv += ["--user", "default", "off", "--user", "pdfqueue", "on", f">{PASSWORD}"]
     argv += ["~*", "&*", "+@all"]
-    with _server(argv, port, tmp_path / f"redis-{port}.log"):
+    with serving(argv, port, tmp_path / f"redis-{port}.log"):
         yield f"rediss://pdfqueue:{PASSWORD}@localhost:{port}/0"
 
 
@@ -145,7 +120,7 @@ def s3_tls(pki: Pki, cert: str, tmp_path: Path, port: int | None = None) -> Iter
     argv = [str(VERSITYGW), "--port", f"127.0.0.1:{port}", "--region", "us-east-1"]
     argv += ["--cert", str(chain), "--key", str(key), "--quiet", "--keep-alive"]
     argv += ["posix", str(data)]
-    with _server(argv, port, tmp_path / f"s3-{port}.log", env):
+    with serving(argv, port, tmp_path / f"s3-{port}.log", env):
         yield f"https://localhost:{port}"
 
 

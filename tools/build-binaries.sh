@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the external binaries the pdfqueue test suite needs (S3 gateway,
+# Build the external binaries the pdfqueue test suite needs (S3 servers,
 # a real Kubernetes control plane, helm) from Go modules fetched through the
 # Go module proxy, and cache them by version OUTSIDE the work tree:
 #
@@ -10,6 +10,7 @@
 # cache dir too, so a second run is instant.
 #
 # Usage: tools/build-binaries.sh [s3] [kube] [helm] [node]   (default: s3 kube helm)
+#   s3:   versitygw (the suite's S3) and MinIO (server-side encryption with a KMS key).
 #   node: kubelet and kube-proxy (same k8s.io/kubernetes version and wrapper module as the
 #         control plane) and CoreDNS trimmed to the node's plugins, for the real-pod mode
 #         of tools/kube.sh.
@@ -24,6 +25,9 @@ ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+# MinIO publishes no module versions, only commits: this is its newest on the proxy. It is
+# the S3 server of the server-side encryption tests (versitygw ignores SSE headers).
+MINIO_VERSION="${MINIO_VERSION:-v0.0.0-20260212201848-7aac2a2c5b7c}"
 
 CACHE="${PDFQUEUE_TOOLS_CACHE:-/var/cache/pdfqueue-tools}"
 JOBS="${PDFQUEUE_BUILD_JOBS:-2}"
@@ -106,6 +110,8 @@ build_s3() {
     "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" \
     "-X main.Version=$VERSITYGW_VERSION -X main.Build=module -X main.BuildTime=unknown"
   "$(bin_path versitygw "$VERSITYGW_VERSION")" --version >/dev/null
+  go_install minio "$MINIO_VERSION" "github.com/minio/minio@$MINIO_VERSION"
+  "$(bin_path minio "$MINIO_VERSION")" --version >/dev/null
 }
 
 # Wrapper module for k8s.io/kubernetes: it requires its staging repos at
