@@ -1146,3 +1146,36 @@ def test_kustomize_base_is_rendered_from_the_chart(tmp_path: Path) -> None:
         namespace="pdfqueue",
     )
     assert current.split("\n", 1)[1] == fresh, "stale: run k8s/render-base.sh"
+
+
+def test_workload_identity_and_encryption_need_no_static_key(tmp_path: Path) -> None:
+    """On AWS with an IAM role for the ServiceAccounts: no AWS_* key in any pod, the role's
+    annotation on each ServiceAccount, and the encryption values as the settings read them."""
+    role = "arn:aws:iam::123456789012:role/pdfqueue"
+    rendered = render(
+        "external",
+        "--set", "externalS3.accessKeyId=",
+        "--set", "externalS3.secretAccessKey=",
+        "--set", "externalS3.endpointUrl=",
+        "--set-string", f"serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={role}",
+        "--set", "storage.sse=sse-kms",
+        "--set", "storage.sseKmsKeyId=alias/pdfqueue",
+        "--set", "storage.sseTenantKmsKeyIds.acme=alias/acme-pdfs",
+    )  # fmt: skip
+    for component in ("api", "worker", "operator"):
+        workload = rendered.one("Deployment", f"-{component}")
+        env = _pdfqueue_env(rendered, workload, component, tmp_path)
+        assert not {name for name in env if name.startswith("AWS_") and "KEY" in name}
+        settings = _settings_from_env(env)
+        assert settings.s3_sse == "sse-kms"
+        assert settings.s3_sse_kms_key_id == "alias/pdfqueue"
+        assert settings.s3_sse_tenant_kms_key_ids == {"acme": "alias/acme-pdfs"}
+    accounts = rendered.all("ServiceAccount")
+    assert len(accounts) == 3
+    assert all(a["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == role for a in accounts)
+    refused = helm(
+        "template", "pq", str(CHART), "-f", str(values_file("external")),
+        "--set", "storage.sse=aes", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "/storage/sse': value must be one of" in refused.stderr

@@ -170,6 +170,7 @@ PASSTHROUGH = {  # Kubernetes objects handed through as they are: their keys are
     "tenantWeights",
     "tenantInflightCaps",
     "tenantDays",
+    "sseTenantKmsKeyIds",
     "scripts",  # initdb scripts: file names the user chooses, checked by the schema
     "updateStrategy",  # a Kubernetes DeploymentStrategy
     "namespaceSelector",

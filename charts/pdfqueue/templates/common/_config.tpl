@@ -37,6 +37,13 @@ PDFQUEUE_STORAGE_URL: {{ include "pdfqueue.storageUrl" . | quote }}
 PDFQUEUE_S3_ENDPOINT_URL: {{ . | quote }}
 {{- end }}
 PDFQUEUE_S3_PATH_STYLE: {{ .Values.storage.pathStyle | quote }}
+PDFQUEUE_S3_SSE: {{ .Values.storage.sse | quote }}
+{{- with .Values.storage.sseKmsKeyId }}
+PDFQUEUE_S3_SSE_KMS_KEY_ID: {{ . | quote }}
+{{- end }}
+{{- with .Values.storage.sseTenantKmsKeyIds }}
+PDFQUEUE_S3_SSE_TENANT_KMS_KEY_IDS: {{ toJson . | quote }}
+{{- end }}
 {{- if .Values.tls.redis.caSecret }}
 PDFQUEUE_REDIS_CA_FILE: "/etc/pdfqueue/tls/redis/ca.crt"
 {{- end }}
