@@ -394,12 +394,15 @@ def test_every_pdfqueue_pod_mounts_the_stores_ca_bundles_where_its_settings_say(
 def test_other_ways_in_reach_the_api_and_only_its_service_account_reviews_tokens() -> None:
     """auth.oidc and auth.kubernetesTokens: their settings in the API's ConfigMap, the API's
     ServiceAccount (alone) bound to system:auth-delegator for TokenReviews, its token mounted;
-    either one is a way in without static tokens, and an issuer alone is refused."""
+    either one is a way in without static tokens, and an issuer alone is refused (as is the
+    page's client without an issuer)."""
     rendered = render("external")
     config = rendered.one("ConfigMap", "-api")["data"]
     assert config["PDFQUEUE_OIDC_ISSUER"] == "https://login.example.internal/realms/hr"
     assert config["PDFQUEUE_OIDC_AUDIENCE"] == "pdfqueue-api"
     assert config["PDFQUEUE_OIDC_JWKS_URL"].endswith("/protocol/openid-connect/certs")
+    assert config["PDFQUEUE_OIDC_PAGE_CLIENT_ID"] == "pdfqueue-page"  # the page's sign-in
+    assert config["PDFQUEUE_OIDC_PAGE_SCOPES"] == "openid"
     assert config["PDFQUEUE_KUBERNETES_TOKENS"] == "true"
     assert config["PDFQUEUE_KUBERNETES_TOKEN_AUDIENCE"] == "pdfqueue"
     api = rendered.one("Deployment", "-api")["spec"]["template"]["spec"]
@@ -427,6 +430,9 @@ def test_other_ways_in_reach_the_api_and_only_its_service_account_reviews_tokens
     refused = helm("template", "pq", str(CHART), "--set", "auth.oidc.issuer=https://i", check=False)
     assert refused.returncode != 0
     assert "set all three" in refused.stderr
+    alone = ("template", "pq", str(CHART), "--set", "auth.oidc.pageClientId=p")
+    refused = helm(*alone, "--set", "auth.kubernetesTokens.enabled=true", check=False)
+    assert "pageClientId is set without auth.oidc.issuer" in refused.stderr
 
 
 def test_env_is_made_of_real_settings_and_parses(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pdfqueue.runtime.store_gauges import StoreGauges
 from pdfqueue.stores.redis.queue import check_durability
 from pdfqueue_api.batch_feed import BatchFeed
 from pdfqueue_api.oidc import OidcTokens
+from pdfqueue_api.page_login import PageLogin
 from pdfqueue_api.pdfbatches import PdfBatchPublisher
 from pdfqueue_api.service import BatchService
 from pdfqueue_api.serviceaccounts import ServiceAccountTokens
@@ -41,6 +42,8 @@ class ApiRuntime:
     """Set when PDFQUEUE_OIDC_ISSUER is: the issuer's access tokens are accepted too."""
     service_accounts: ServiceAccountTokens | None
     """Set when PDFQUEUE_KUBERNETES_TOKENS is: the cluster's ServiceAccount tokens too."""
+    page_login: PageLogin | None
+    """Set when PDFQUEUE_OIDC_PAGE_CLIENT_ID is: the page offers a sign-in at the issuer."""
     closers: AsyncExitStack = field(repr=False)
     """What `start` opened, each closer pushed as its part opened: `close` unwinds it in
     reverse order, as a failed `start` does."""
@@ -98,8 +101,15 @@ class ApiRuntime:
         if settings.kubernetes_tokens:
             accounts = ServiceAccountTokens(settings)
             opened.push_async_callback(accounts.close)
-        parts = (service, feed, queue_gauges, store_gauges, publisher, token_file, oidc, accounts)
-        return cls(settings, stores, *parts, closers=opened.pop_all())
+        page_login = PageLogin(settings) if settings.oidc_page_client_id else None
+        return cls(
+            settings,
+            stores,
+            *(service, feed, queue_gauges, store_gauges, publisher, token_file, oidc),
+            service_accounts=accounts,
+            page_login=page_login,
+            closers=opened.pop_all(),
+        )
 
     def tokens(self) -> dict[str, str]:
         """The tokens callers present: the file's as it is now, or the settings'."""

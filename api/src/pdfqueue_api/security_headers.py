@@ -5,12 +5,21 @@ from __future__ import annotations
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-PAGE_CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; "
-    "form-action 'self'"
-)
-"""The upload page: its own script, style and API only; never framed (clickjacking)."""
+
+def page_csp(token_origin: str | None = None) -> str:
+    """The upload page's CSP: its own script, style and API only; never framed
+    (clickjacking). With the page's sign-in on, it may also connect to the issuer's token
+    endpoint's origin (to exchange its code), and to no other."""
+    connect = f"'self' {token_origin}" if token_origin else "'self'"
+    return (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        f"connect-src {connect}; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; "
+        "form-action 'self'"
+    )
+
+
+PAGE_CSP = page_csp()
+"""The page's CSP without sign-in (and what any other HTML response gets)."""
 DATA_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 """Everything else (JSON, CSV, assets): nothing may load or run if a browser renders it."""
 ALWAYS = {

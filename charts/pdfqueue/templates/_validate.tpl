@@ -89,6 +89,9 @@ would make the operator refuse all the others' (an explicit entry wins over the 
 {{- if and $auth.oidc.issuer (not (and $auth.oidc.audience $auth.oidc.jwksUrl)) }}
 {{- fail "auth.oidc.issuer is set without auth.oidc.audience and auth.oidc.jwksUrl: set all three" }}
 {{- end }}
+{{- if and $auth.oidc.pageClientId (not $auth.oidc.issuer) }}
+{{- fail "auth.oidc.pageClientId is set without auth.oidc.issuer: the page signs in at the issuer" }}
+{{- end }}
 {{- if and $auth.allowAnonymous .Values.api.ingress.enabled }}
 {{- fail "auth.allowAnonymous=true with api.ingress.enabled=true: an anonymous API is never exposed through an Ingress. Set auth.apiTokens or auth.existingSecret, and auth.allowAnonymous=false" }}
 {{- end }}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from importlib import resources
 
@@ -9,8 +10,9 @@ from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import HTMLResponse, Response
 
 from pdfqueue.domain.advice import ADVICE, BATCH_ADVICE
-from pdfqueue.domain.settings import Settings
-from pdfqueue_api.dependencies import AppSettings, BatchId
+from pdfqueue_api.dependencies import BatchId, Runtime
+from pdfqueue_api.runtime import ApiRuntime
+from pdfqueue_api.security_headers import page_csp
 
 ASSETS = {
     "page.css": "text/css; charset=utf-8",
@@ -32,23 +34,31 @@ ASSET_BYTES["batch-advice.json"] = json.dumps(BATCH_ADVICE).encode()
 router = APIRouter(include_in_schema=False)
 
 
-def _page(root: str, settings: Settings) -> HTMLResponse:
+async def _page(root: str, runtime: ApiRuntime) -> HTMLResponse:
     """The page, told whether the API runs open (no token needed: `PDFQUEUE_ALLOW_ANONYMOUS`
     without tokens), so that without a token it says where one comes from without asking
-    the API first."""
+    the API first; and, with the sign-in on, where to sign in (in an attribute: the CSP
+    allows no inline script), with a CSP that lets it reach the issuer's token endpoint."""
+    settings = runtime.settings
     is_open = not settings.api_tokens and settings.allow_anonymous
-    return HTMLResponse(PAGE.replace("%ROOT%", root).replace("%OPEN%", str(is_open).lower()))
+    login = await runtime.page_login.config() if runtime.page_login else None
+    login_data = html.escape(json.dumps(login.for_page()), quote=True) if login else ""
+    text = PAGE.replace("%ROOT%", root).replace("%OPEN%", str(is_open).lower())
+    csp = page_csp(login.token_origin if login else None)
+    return HTMLResponse(
+        text.replace("%LOGIN%", login_data), headers={"Content-Security-Policy": csp}
+    )
 
 
 @router.get("/")
-async def index(settings: AppSettings) -> HTMLResponse:
-    return _page("", settings)
+async def index(runtime: Runtime) -> HTMLResponse:
+    return await _page("", runtime)
 
 
 @router.get("/batches/{batch_id}")
-async def batch_page(batch_id: BatchId, settings: AppSettings) -> HTMLResponse:
+async def batch_page(batch_id: BatchId, runtime: Runtime) -> HTMLResponse:
     """The same page; its script shows the batch named in the URL (so a reload resumes)."""
-    return _page("../", settings)
+    return await _page("../", runtime)
 
 
 @router.get("/static/{name}")

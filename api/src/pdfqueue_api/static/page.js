@@ -12,6 +12,9 @@ const LABELS = {
 };
 const PAGE_SIZE = 50;
 const OPEN = document.body.dataset.open === "true"; // the API needs no token (anonymous mode)
+// Where to sign in, when the API offers it (PDFQUEUE_OIDC_PAGE_CLIENT_ID): the issuer's
+// endpoints, this page's client id and scopes, as the API read and checked them.
+const LOGIN = document.body.dataset.login ? JSON.parse(document.body.dataset.login) : null;
 const view = { id: null, summary: null, abort: null, poll: null, samples: [], offset: 0, total: 0, retry: false, filesAt: 0, erasing: false };
 let advice = {};
 let batchAdvice = {};
@@ -22,7 +25,10 @@ class ApiError extends Error {
 
 function token() {
   const typed = $("token").value.trim();
-  if (typed) sessionStorage.setItem("pdfqueue-token", typed);
+  if (typed && typed !== sessionStorage.getItem("pdfqueue-token")) {
+    sessionStorage.setItem("pdfqueue-token", typed);
+    sessionStorage.removeItem("pdfqueue-signed-in"); // a pasted token, not the sign-in's
+  }
   return typed || sessionStorage.getItem("pdfqueue-token") || "";
 }
 
@@ -43,6 +49,7 @@ async function call(path, options = {}) {
 
 function explain(error) {
   if (!(error instanceof ApiError)) return "The API could not be reached: check your connection, then reload.";
+  if (error.status === 401 && LOGIN) return "The API refused the token: sign in, or enter your tenant's API token at the top.";
   if (error.status === 401) return "The API refused the token: enter your tenant's API token at the top.";
   if (error.status === 404) return "No such batch for this token (it may belong to another tenant).";
   if (error.status === 429) return "Too many uploads for now: " + error.message;
@@ -50,7 +57,10 @@ function explain(error) {
   return `The API answered ${error.status}: ${error.message}`;
 }
 
-function fail(error) { $("error").textContent = explain(error); }
+function fail(error) {
+  if (error instanceof ApiError && error.status === 401 && signedOut()) return;
+  $("error").textContent = explain(error);
+}
 
 // Characters that show as nothing or move other text (bidi overrides and isolates, zero-width
 // ones, other format characters, controls but tab and newlines, line and paragraph
@@ -144,6 +154,7 @@ function needToken() {
   $("listView").hidden = true;
   $("batchView").hidden = true;
   $("noToken").hidden = false;
+  $("noTokenLogin").hidden = !LOGIN;
   $("token").focus();
 }
 
@@ -448,6 +459,77 @@ async function download(format) {
   } catch (error) { fail(error); }
 }
 
+// --- signing in at the identity provider: the authorization code flow with PKCE ----------------
+// (RFC 7636, S256), as a public client. The page goes to the issuer with a fresh `state` and
+// the hash of a fresh verifier, both kept in this tab; the issuer sends it back here with a
+// code, which only the holder of the verifier can exchange for an access token. That token
+// then goes where a pasted one goes and is sent the same way. The redirect URI is the page's
+// root (one URI to register); the view the user was on is kept and returned to.
+function b64url(bytes) {
+  return btoa(String.fromCharCode(...new Uint8Array(bytes))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+function randomText() { return b64url(crypto.getRandomValues(new Uint8Array(32))); }
+
+async function s256(text) { return b64url(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text))); }
+
+async function signIn() {
+  const pending = { state: randomText(), verifier: randomText(), back: location.pathname };
+  sessionStorage.setItem("pdfqueue-login", JSON.stringify(pending));
+  const url = new URL(LOGIN.authorize);
+  const query = {
+    response_type: "code", client_id: LOGIN.client, redirect_uri: ROOT.href, scope: LOGIN.scopes,
+    state: pending.state, code_challenge: await s256(pending.verifier), code_challenge_method: "S256",
+  };
+  for (const [k, v] of Object.entries(query)) url.searchParams.set(k, v);
+  location.assign(url.href);
+}
+
+// Back from the issuer (this URL has `state`): check it is the answer to this tab's own
+// sign-in, once (a replayed or forged answer is refused before any request), then exchange
+// the code. The code and state leave the address bar (and history) first, whatever happens.
+async function finishSignIn() {
+  const answer = new URLSearchParams(location.search);
+  if (!LOGIN || !answer.has("state")) return;
+  const pending = JSON.parse(sessionStorage.getItem("pdfqueue-login") || "null");
+  sessionStorage.removeItem("pdfqueue-login");
+  history.replaceState(null, "", ROOT.origin + (pending?.back || ROOT.pathname)); // a path of this origin
+  if (!pending || answer.get("state") !== pending.state) { loginStatus("Sign-in refused: this answer is not to a sign-in of this tab. Choose Sign in to try again."); return; }
+  if (!answer.has("code")) { loginStatus(`Sign-in failed: ${answer.get("error_description") || answer.get("error") || "no code"}.`); return; }
+  try {
+    const response = await fetch(LOGIN.token, {
+      method: "POST",
+      body: new URLSearchParams({
+        grant_type: "authorization_code", code: answer.get("code"), redirect_uri: ROOT.href,
+        client_id: LOGIN.client, code_verifier: pending.verifier,
+      }),
+    });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok || typeof body.access_token !== "string") throw new Error(body.error_description || body.error || response.statusText);
+    sessionStorage.setItem("pdfqueue-token", body.access_token);
+    sessionStorage.setItem("pdfqueue-signed-in", "1");
+    $("token").value = body.access_token;
+    loginStatus("Signed in.");
+  } catch (error) {
+    loginStatus(`Sign-in failed: the identity provider refused (${error.message || "no answer"}). Choose Sign in to try again.`);
+  }
+}
+
+// The API refused a token the sign-in got (expired, or revoked): forget it and say so. The
+// page never signs in again by itself, so an issuer whose tokens the API refuses is no loop.
+function signedOut() {
+  if (!LOGIN || !sessionStorage.getItem("pdfqueue-signed-in")) return false;
+  for (const key of ["pdfqueue-token", "pdfqueue-signed-in"]) sessionStorage.removeItem(key);
+  $("token").value = "";
+  const words = "Signed out: your sign-in has ended. Choose Sign in to sign in again.";
+  loginStatus(words);
+  needToken();
+  $("error").textContent = words;
+  return true;
+}
+
+function loginStatus(text) { $("loginStatus").textContent = text; }
+
 // --- wiring ------------------------------------------------------------------------------------
 async function offersRetry() {
   try {
@@ -459,6 +541,8 @@ async function offersRetry() {
 function wire() {
   $("token").value = sessionStorage.getItem("pdfqueue-token") || "";
   $("tokenForm").addEventListener("submit", (e) => { e.preventDefault(); token(); route(); });
+  $("signIn").hidden = !LOGIN;
+  $("signIn").addEventListener("click", () => signIn().catch((error) => loginStatus(`Sign-in could not start: ${error.message}`)));
   $("form").addEventListener("submit", (e) => {
     e.preventDefault();
     const file = $("file").files[0];
@@ -510,4 +594,5 @@ Promise.all([
   fetch(new URL("static/advice.json", ROOT)).then((r) => r.json()).then((a) => { advice = a; }).catch(() => {}),
   fetch(new URL("static/batch-advice.json", ROOT)).then((r) => r.json()).then((a) => { batchAdvice = a; }).catch(() => {}),
   offersRetry(),
+  finishSignIn(),
 ]).finally(route);

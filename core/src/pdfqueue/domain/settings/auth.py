@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -15,6 +16,8 @@ PUBLIC_KEY_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
 """The signature algorithms an OIDC access token may use."""
+SCOPES = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+( [\x21\x23-\x5b\x5d-\x7e]+)*")
+"""Space-separated scope tokens (RFC 6749, 3.3)."""
 
 
 class AuthSettings(BaseModel):
@@ -50,6 +53,15 @@ class AuthSettings(BaseModel):
     oidc_algorithms: Annotated[frozenset[str], NoDecode] = frozenset({"RS256", "ES256"})
     """Signature algorithms accepted, comma separated: public-key ones only (`none` and the
     HMAC `HS*` family are refused here, so a public key can never serve as a shared secret)."""
+    oidc_page_client_id: str | None = None
+    """The page's own client id at the issuer (a public client: no secret, as nothing in a
+    browser stays secret): set, the page offers "Sign in" beside the token field, the OAuth
+    authorization code flow with PKCE (S256) at the endpoints of the issuer's discovery
+    document. Register the page's URL (the API's `/`) as the client's redirect URI and its
+    origin as a web origin (CORS, for the token request)."""
+    oidc_page_scopes: str = "openid"
+    """The scopes the page's sign-in asks for, space separated (add the one, if any, that puts
+    `oidc_audience` and the tenant claim in the access token)."""
     kubernetes_tokens: bool = False
     """Also accept the cluster's ServiceAccount tokens, as the API server reviews them
     (TokenReview, for the audience `kubernetes_token_audience`): the tenant is the one
@@ -96,7 +108,21 @@ class AuthSettings(BaseModel):
         if any(given) and not all(given):
             msg = "PDFQUEUE_OIDC_ISSUER, _AUDIENCE and _JWKS_URL go together: set all three"
             raise ValueError(msg)
+        if self.oidc_page_client_id and not self.oidc_issuer:
+            msg = (
+                "PDFQUEUE_OIDC_PAGE_CLIENT_ID needs PDFQUEUE_OIDC_ISSUER (the page signs in there)"
+            )
+            raise ValueError(msg)
         return self
+
+    @field_validator("oidc_page_scopes")
+    @classmethod
+    def _check_scopes(cls, value: str) -> str:
+        """Scope tokens as RFC 6749 (3.3) has them: visible ASCII but `"` and `\\`."""
+        if not SCOPES.fullmatch(value):
+            msg = "PDFQUEUE_OIDC_PAGE_SCOPES: scopes separated by single spaces, each visible ASCII"
+            raise ValueError(msg)
+        return value
 
     @field_validator("trusted_tenants", mode="before")
     @classmethod
