@@ -370,10 +370,10 @@ async def test_a_put_the_object_store_refuses_fails_that_file_and_no_other(
     too_big = hashlib.sha256(pdfs[2]).hexdigest()
     real_put = Storage.put
 
-    async def put(self: Storage, key: str, data: bytes, *, sha256: str | None = None) -> None:
+    async def put(self: Storage, key: str, data: bytes, **kwargs: str | None) -> None:
         if hashlib.sha256(data).hexdigest() == too_big:
             raise StorageRejected(413, "EntityTooLarge")
-        await real_put(self, key, data, sha256=sha256)
+        await real_put(self, key, data, **kwargs)
 
     monkeypatch.setattr(Storage, "put", put)
     path = tmp_path / "too-big.zip"
