@@ -84,6 +84,7 @@ class StubStorage:
     archive holds STUB_ENTRY at each SLOT, so reading and inflating a member is the real code."""
 
     backend = None
+    encrypts_by_tenant = False
 
     async def read_range(self, key: str, start: int, length: int) -> bytes:
         slots = bytes(STUB_ENTRY.ljust(SLOT, b"\0")) * (2 + length // SLOT)
@@ -92,7 +93,7 @@ class StubStorage:
     async def run(self, fn: Any, *args: Any) -> Any:
         return fn(*args)
 
-    async def put(self, key: str, data: bytes) -> None:
+    async def put(self, key: str, data: bytes, **_: str | None) -> None:
         return None
 
     async def delete(self, key: str) -> None:
