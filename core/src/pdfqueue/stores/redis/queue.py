@@ -190,19 +190,25 @@ async def forget_jobs(redis: Redis, job_ids: Sequence[str]) -> int:
 
 
 async def check_durability(redis: Redis) -> list[str]:
-    """What makes this Redis unsafe for a queue: eviction drops jobs, no AOF loses them."""
+    """What makes this Redis unsafe for a queue: eviction drops jobs, no AOF loses them.
+
+    Read from INFO (`maxmemory_policy`, `aof_enabled`), which managed services allow where
+    they refuse CONFIG (ElastiCache, MemoryDB and Memorystore restrict CONFIG, not INFO).
+    """
     try:
-        policy = await redis.config_get("maxmemory-policy")
-        aof = await redis.config_get("appendonly")
-    except Exception as exc:  # managed Redis often disables CONFIG
-        return [f"cannot verify Redis durability (CONFIG GET refused: {exc})"]
+        memory = await redis.info("memory")
+        persistence = await redis.info("persistence")
+    except Exception as exc:  # an ACL user without +info, a proxy that drops INFO
+        return [f"cannot verify Redis durability (INFO refused: {exc})"]
+    policy, aof = memory.get("maxmemory_policy"), persistence.get("aof_enabled")
+    if policy is None or aof is None:
+        return ["cannot verify Redis durability (INFO names no maxmemory_policy or aof_enabled)"]
     problems = []
-    if policy.get("maxmemory-policy") != "noeviction":
+    if policy != "noeviction":
         problems.append(
-            f"maxmemory-policy is {policy.get('maxmemory-policy')!r}; queued jobs can be evicted"
-            " (set it to 'noeviction')"
+            f"maxmemory-policy is {policy!r}; queued jobs can be evicted (set it to 'noeviction')"
         )
-    if aof.get("appendonly") != "yes":
+    if str(aof) != "1":
         problems.append("appendonly is off; a Redis restart loses queued jobs (set appendonly yes)")
     return problems
 
