@@ -12,11 +12,18 @@ hands out a new account five times a second, revoking each 0.6 s after it was ha
 an upload streamed slowly and a batch both write through the rotations, with no static key
 anywhere in the environment.
 
+A web identity token file, as IAM roles for service accounts give a pod: versitygw's own
+IAM service is the STS that exchanges it (AssumeRoleWithWebIdentity against an OpenID
+Connect issuer it trusts, whose keys it fetches), and a batch is written on both paths with
+the temporary credentials and session token it returns.
+
 What each stands for: S3's SSE-S3 and SSE-KMS (`x-amz-server-side-encryption`, the key id
 header; the answer to a PUT names the algorithm, a HEAD names it for any object, and
 S3 answers a key it cannot use with a `KMS.*` error); and botocore's container provider
 (`AWS_CONTAINER_CREDENTIALS_FULL_URI`, `AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`, credentials
-refreshed 15 minutes before their `Expiration`), as EKS Pod Identity's agent serves it.
+refreshed 15 minutes before their `Expiration`), as EKS Pod Identity's agent serves it; and
+its web identity provider (`AWS_WEB_IDENTITY_TOKEN_FILE`, `AWS_ROLE_ARN`, STS's answer of an
+ASIA key, a secret and a session token), as IRSA sets it up.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import hashlib
 import json
 import os
 import secrets
+import ssl
+import subprocess
 import threading
 import time
 import zipfile
@@ -40,11 +49,15 @@ from typing import Any
 
 import boto3
 import httpx
+import jwt
 import pytest
+import trustme
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
 
 from pdfqueue.domain.errors import EncryptionRefused
 from pdfqueue.domain.settings import Settings
@@ -431,3 +444,180 @@ async def test_a_long_batch_writes_through_rotating_credentials_on_both_paths(
     )
     with pytest.raises(ClientError, match="InvalidAccessKeyId"):  # revoked means refused
         old.put_object(Bucket="pdfqueue", Key="after-revocation", Body=b"x")
+
+
+# --- a web identity token file, exchanged at a real STS -----------------------------------
+
+
+@dataclass(frozen=True)
+class OidcIssuer:
+    """An OpenID Connect issuer on https port 443 of an address of its own (the gateway's STS
+    refuses to fetch keys from a port, a loopback or a private address, as AWS does)."""
+
+    url: str
+    thumbprint: str
+    """SHA-1 of the top certificate the issuer presents, as IAM pins a provider's CA."""
+    key: Any
+
+    def token(self, subject: str, audience: str = "sts.amazonaws.com") -> str:
+        now = int(time.time())
+        claims = {"iss": self.url, "aud": audience, "sub": subject, "iat": now, "exp": now + 600}
+        return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "k1"})
+
+
+@contextlib.contextmanager
+def oidc_issuer(folder: Path) -> Iterator[OidcIssuer]:
+    address = f"203.0.113.{secrets.randbelow(250) + 2}"  # TEST-NET-3: routed nowhere
+    subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True)
+    ca = trustme.CA()
+    chain = folder / "issuer.pem"  # the leaf, then the CA: the CA is the top one, pinned
+    chain.write_bytes(
+        ca.issue_cert(address).private_key_and_cert_chain_pem.bytes() + ca.cert_pem.bytes()
+    )
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = {**json.loads(RSAAlgorithm.to_jwk(key.public_key())), "kid": "k1", "alg": "RS256"}
+    url = f"https://{address}"
+    documents = {
+        "/.well-known/openid-configuration": {
+            "issuer": url,
+            "jwks_uri": f"{url}/jwks",
+            "id_token_signing_alg_values_supported": ["RS256"],
+            "response_types_supported": ["id_token"],
+            "subject_types_supported": ["public"],
+        },
+        "/jwks": {"keys": [jwk]},
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path not in documents:
+                self.send_error(404)
+                return
+            body = json.dumps(documents[self.path]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer((address, 443), Handler)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(chain)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        top = ssl.PEM_cert_to_DER_cert(ca.cert_pem.bytes().decode())
+        yield OidcIssuer(url, hashlib.sha1(top).hexdigest(), key)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+        subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False)
+
+
+@pytest.fixture
+def web_identity(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Settings]:
+    """versitygw's IAM service (its STS) and a gateway that asks it, an issuer it trusts for a
+    role allowed S3, and the environment IRSA gives a pod: a token file and the role's ARN."""
+    if os.geteuid() != 0:
+        pytest.fail("the issuer needs an address of its own on lo and port 443: run as root")
+    access, secret = _suite_keys()
+    iam_port, gw_port = free_port(), free_port()
+    socket_path = tmp_path / "iam.sock"
+    versitygw = [str(TOOLS / "versitygw"), "--region", "us-east-1", "-a", access, "-s", secret]
+    iam = [*versitygw, "-p", f"127.0.0.1:{iam_port}", "--quiet", "iam", "--dir", str(tmp_path)]
+    iam += ["--private-ports", str(socket_path)]
+    gateway = [*versitygw, "-p", f"127.0.0.1:{gw_port}", "--quiet", "--keep-alive"]
+    gateway += ["--iam-standalone-endpoint", str(socket_path), "posix", str(tmp_path / "data")]
+    (tmp_path / "data").mkdir()
+    with (
+        oidc_issuer(tmp_path) as issuer,
+        serving(iam, iam_port, tmp_path / "iam.log"),
+        serving(gateway, gw_port, tmp_path / "gateway.log"),
+    ):
+        sts = f"http://127.0.0.1:{iam_port}"
+        admin = boto3.client(
+            "iam",
+            endpoint_url=sts,
+            aws_access_key_id=access,
+            aws_secret_access_key=secret,
+            region_name="us-east-1",
+        )
+        provider = admin.create_open_id_connect_provider(
+            Url=issuer.url, ClientIDList=["sts.amazonaws.com"], ThumbprintList=[issuer.thumbprint]
+        )["OpenIDConnectProviderArn"]
+        host = issuer.url.removeprefix("https://")
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": provider},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{host}:aud": "sts.amazonaws.com",
+                            f"{host}:sub": "system:serviceaccount:pdfqueue:pq-pdfqueue-worker",
+                        }
+                    },
+                }
+            ],
+        }
+        role = admin.create_role(RoleName="pdfqueue", AssumeRolePolicyDocument=json.dumps(trust))
+        s3_only = {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}
+        admin.put_role_policy(
+            RoleName="pdfqueue",
+            PolicyName="s3",
+            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [s3_only]}),
+        )
+        boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{gw_port}",
+            aws_access_key_id=access,
+            aws_secret_access_key=secret,
+            region_name="us-east-1",
+        ).create_bucket(Bucket="pdfqueue")
+        token = tmp_path / "token"
+        token.write_text(issuer.token("system:serviceaccount:pdfqueue:pq-pdfqueue-worker"))
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+        monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(token))
+        monkeypatch.setenv("AWS_ROLE_ARN", role["Role"]["Arn"])
+        monkeypatch.setenv("AWS_ROLE_SESSION_NAME", "pdfqueue-worker")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts)
+        monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+        yield _on(settings, s3_endpoint_url=f"http://127.0.0.1:{gw_port}")
+
+
+async def test_a_batch_writes_with_a_web_identity_token_exchanged_at_sts(
+    web_identity: Settings, db: Any, tmp_path: Path
+) -> None:
+    """IRSA's way: the token file and role ARN become temporary credentials (an ASIA key and
+    a session token) at STS; the upload and every PDF are signed with them on both paths."""
+    corpus = build_corpus(40, seed=34)
+    await seed_users(db, corpus.users, table=web_identity.users_table)
+    async with api_on(web_identity) as api:
+        batch_id = await upload(api, write_zip(corpus, tmp_path / "b.zip", seed=34))
+        await _run_worker(web_identity)
+        status = (await api.get(f"/v1/batches/{batch_id}")).json()
+    assert status["status"] == "COMPLETED", status
+    assert {k: status[k] for k in corpus.counts()} == corpus.counts()
+    client = boto3.session.Session().client(
+        "s3", endpoint_url=web_identity.s3_endpoint_url, region_name="us-east-1"
+    )
+    credentials = client._get_credentials()
+    assert credentials.method == "assume-role-with-web-identity"
+    frozen = credentials.get_frozen_credentials()
+    assert frozen.access_key.startswith("ASIA")
+    assert frozen.token
+    prefix = web_identity.storage_url.removeprefix("s3://pdfqueue/") + "/"
+    stored = client.list_objects_v2(Bucket="pdfqueue", Prefix=prefix).get("Contents", [])
+    keys = [o["Key"].removeprefix(prefix) for o in stored]
+    assert f"uploads/{batch_id}.zip" in keys
+    assert sum(1 for k in keys if k.startswith("pdfs/")) == corpus.counts()["linked"] > 0
