@@ -23,6 +23,7 @@ from pdfqueue import webhooks
 from pdfqueue.domain import keys
 from pdfqueue.domain.errors import (
     BatchNotRetryable,
+    DatabaseNearlyFull,
     InvalidCursor,
     InvalidData,
     RedisNearlyFull,
@@ -45,7 +46,7 @@ from pdfqueue.observability import tracing
 from pdfqueue.stores.postgres import callbacks
 from pdfqueue.stores.postgres.batches import BatchStore
 from pdfqueue.stores.postgres.files import FileStore
-from pdfqueue.stores.postgres.pool import ping
+from pdfqueue.stores.postgres.pool import connection_use, ping
 from pdfqueue.stores.postgres.retention import RetentionStore
 from pdfqueue.stores.redis.queue import memory_share
 from pdfqueue.stores.redis.quotas import Admission, Quotas
@@ -129,10 +130,14 @@ class BatchService:
         await self.room()
 
     async def room(self) -> None:
-        """RedisNearlyFull (503, Retry-After) past PDFQUEUE_REDIS_MEMORY_REFUSE_SHARE."""
+        """RedisNearlyFull past PDFQUEUE_REDIS_MEMORY_REFUSE_SHARE, DatabaseNearlyFull past
+        PDFQUEUE_DATABASE_CONNECTIONS_REFUSE_SHARE (each 503, Retry-After)."""
         share = await _guard("redis", memory_share(self.redis))
         if share is not None and share >= self.settings.redis_memory_refuse_share:
             raise RedisNearlyFull(share)
+        use = await _guard("postgresql", connection_use(self.pool))
+        if use.share >= self.settings.database_connections_refuse_share:
+            raise DatabaseNearlyFull(use.used, use.limit)
 
     async def create(
         self,

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from pdfqueue.domain.errors import CertificateRejected, RedisNearlyFull, SchemaNotReady
+from pdfqueue.domain.errors import CertificateRejected, SchemaNotReady, StoreNearlyFull
 from pdfqueue.stores.postgres import schema
 from pdfqueue.stores.postgres.pool import ping
 from pdfqueue_api.dependencies import Connections, Service
@@ -45,13 +45,13 @@ async def readyz(stores: Connections, service: Service) -> JSONResponse:
             log.warning("readiness: %s failed: %r", name, result)
         else:
             report[name] = "ok"
-    if report["redis"] == "ok":
+    if report["redis"] == report["postgresql"] == "ok":
         try:
             await asyncio.wait_for(service.room(), DEPENDENCY_TIMEOUT_S)
-        except RedisNearlyFull as full:  # reads still work: say it, stay ready
-            report["redis"] = f"ok, but new uploads are refused: {full.share:.0%} of maxmemory used"
+        except StoreNearlyFull as full:  # reads still work: say it, stay ready
+            report[full.service] = f"ok, but new uploads are refused: {full.used}"
         except Exception as exc:
-            log.warning("readiness: redis memory not read: %r", exc)
+            log.warning("readiness: the stores' room not read: %r", exc)
     ready = all(v.startswith("ok") for v in report.values())
     return JSONResponse(report, status_code=200 if ready else 503)
 

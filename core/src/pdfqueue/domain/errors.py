@@ -226,23 +226,41 @@ class ServiceUnavailable(TransientError):
         self.service = service
 
 
-class RedisNearlyFull(ServiceUnavailable):
-    """Redis's used memory is past PDFQUEUE_REDIS_MEMORY_REFUSE_SHARE of its maxmemory: new
-    uploads and retries wait (503, Retry-After), so that under noeviction the batches already
-    admitted keep the room they need to finish."""
+class StoreNearlyFull(ServiceUnavailable):
+    """A store is close to refusing work while it still answers every health check: new
+    uploads and retries wait (503, Retry-After), so that the batches already admitted keep
+    the room they need to finish. `/readyz` says so and stays ready (reads still work)."""
 
     retry_after_s = 30
 
-    def __init__(self, share: float) -> None:
+    def __init__(self, service: str, used: str) -> None:
         super().__init__(
-            "redis",
-            f"{share:.0%} of its maxmemory is used: new work waits until there is room"
-            " (the batches already running go on)",
+            service,
+            f"{used}: new work waits until there is room (the batches already running go on)",
         )
-        self.share = share
+        self.used = used
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
+
+
+class RedisNearlyFull(StoreNearlyFull):
+    """Redis's used memory is past PDFQUEUE_REDIS_MEMORY_REFUSE_SHARE of its maxmemory: under
+    noeviction a full Redis refuses every write, the counting of running batches included."""
+
+    def __init__(self, share: float) -> None:
+        super().__init__("redis", f"{share:.0%} of its maxmemory is used")
+        self.share = share
+
+
+class DatabaseNearlyFull(StoreNearlyFull):
+    """PostgreSQL's client connections are past PDFQUEUE_DATABASE_CONNECTIONS_REFUSE_SHARE of
+    those it allows: a worker the autoscaler adds for new work could not connect, nor could the
+    host application, while the pools already open keep the running batches going."""
+
+    def __init__(self, used: int, limit: int) -> None:
+        super().__init__("postgresql", f"{used} of its {limit} connections are in use")
+        self.share = used / limit if limit else 1.0
 
 
 class RedisUnavailable(ServiceUnavailable):

@@ -74,6 +74,14 @@ REDIS_MAXMEMORY = _Gauge(
 
 # --- processes polling PostgreSQL too (pdfqueue.runtime.store_gauges) ---------------------------
 POSTGRES_UP = _Gauge("pdfqueue_postgres_up", "1 if the last poll of PostgreSQL succeeded, else 0.")
+POSTGRES_CONNECTIONS = _Gauge(
+    "pdfqueue_postgres_connections",
+    "Client connections open on PostgreSQL, every client's (pg_stat_activity).",
+)
+POSTGRES_CONNECTION_LIMIT = _Gauge(
+    "pdfqueue_postgres_connection_limit",
+    "Client connections PostgreSQL allows a non-superuser: max_connections less the reserved.",
+)
 STORAGE_UP = _Gauge(
     "pdfqueue_storage_up",
     "1 if the last check of the object store succeeded (S3: HEAD of the bucket; a folder:"
@@ -215,7 +223,7 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
         WEBHOOK_DELIVERIES,
     ),
     # Only where a pdfqueue.runtime.store_gauges.StoreGauges task runs: an unset "up" would read 0.
-    "postgres": (POSTGRES_UP, BATCH_PROGRESS_AGE),
+    "postgres": (POSTGRES_UP, POSTGRES_CONNECTIONS, POSTGRES_CONNECTION_LIMIT, BATCH_PROGRESS_AGE),
     # Only where StoreGauges checks the object store too: an unset "up" would read 0.
     "storage": (STORAGE_UP,),
     # Leader only: a standby's zeros would read as a fleet that wants no workers.

@@ -1,5 +1,5 @@
-"""The stores' health: PostgreSQL and the object store reachable, and how long the stalest
-running batch has gone without progress."""
+"""The stores' health: PostgreSQL and the object store reachable, PostgreSQL's connections in
+use, and how long the stalest running batch has gone without progress."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pdfqueue.domain import keys
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
 from pdfqueue.stores.postgres.batches import BatchStore
+from pdfqueue.stores.postgres.pool import connection_use
 from pdfqueue.stores.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,11 @@ class StoreGauges:
     _loops: list[Periodic] = field(default_factory=list, init=False, repr=False)
 
     async def poll(self, now: float | None = None) -> None:
-        """One poll (at monotonic time `now`): a failure to list the batches is PostgreSQL's,
-        which the loop reports."""
+        """One poll (at monotonic time `now`): a failure to list the batches or count the
+        connections is PostgreSQL's, which the loop reports."""
+        use = await connection_use(self.batches.pool)
+        metrics.POSTGRES_CONNECTIONS.set(use.used)
+        metrics.POSTGRES_CONNECTION_LIMIT.set(use.limit)
         running = await self.batches.processing()
         try:
             async with self.redis.pipeline(transaction=False) as pipe:

@@ -33,6 +33,10 @@ class ApiSettings(BaseModel):
     this share of its maxmemory (1: only when it refuses writes). Under noeviction a full
     Redis refuses every write, the counting of running batches included: refusing new work
     first keeps the room those need to finish. /readyz says so, and stays ready for reads."""
+    database_connections_refuse_share: float = Field(default=0.9, gt=0, le=1)
+    """New uploads and retries get 503 with Retry-After while PostgreSQL's client connections
+    (every client's) are past this share of `max_connections` less the reserved ones: the
+    workers that new work would add could not connect. /readyz says so, and stays ready."""
 
     @field_validator("upload_part_bytes")
     @classmethod

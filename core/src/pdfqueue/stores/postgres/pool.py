@@ -50,6 +50,31 @@ async def ping(pool: asyncpg.Pool) -> None:
 
 
 @dataclass(frozen=True)
+class ConnectionUse:
+    """Client connections open on the server, of those a non-superuser may open."""
+
+    used: int
+    limit: int
+
+    @property
+    def share(self) -> float:
+        return self.used / self.limit if self.limit > 0 else 1.0
+
+
+async def connection_use(pool: asyncpg.Pool) -> ConnectionUse:
+    """How many of the server's connections are taken, every client's counted (pdfqueue's
+    pools and the host application's): max_connections less those reserved for superusers
+    (and, from PostgreSQL 16, for `pg_use_reserved_connections`)."""
+    row = await pool.fetchrow(
+        "SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+        " AS used, current_setting('max_connections')::int"
+        " - current_setting('superuser_reserved_connections')::int"
+        " - coalesce(current_setting('reserved_connections', true)::int, 0) AS limit"
+    )
+    return ConnectionUse(int(row["used"]), int(row["limit"]))
+
+
+@dataclass(frozen=True)
 class UsersTable:
     """The host application's table as configured (users settings): its columns, the type
     of its id, the links it holds, and the column that scopes it by tenant (if any).
