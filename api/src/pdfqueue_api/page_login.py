@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from pdfqueue.domain.errors import ConfigurationError
 from pdfqueue.domain.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ NETLOC = re.compile(r"([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
 """A host and port as a CSP source may name them: nothing that could end the directive."""
 
 
-class DiscoveryRefused(ValueError):
+class DiscoveryRefused(ConfigurationError, ValueError):
     """The issuer's discovery document is not one the page may sign in with."""
 
 
