@@ -26,8 +26,10 @@ from pdfqueue.domain.errors import (
     DatabaseNearlyFull,
     InvalidCursor,
     InvalidData,
+    PdfQueueError,
     RedisNearlyFull,
     ServiceUnavailable,
+    StorageRefusingWrites,
     UnsafeCallback,
     UploadAborted,
 )
@@ -131,13 +133,19 @@ class BatchService:
 
     async def room(self) -> None:
         """RedisNearlyFull past PDFQUEUE_REDIS_MEMORY_REFUSE_SHARE, DatabaseNearlyFull past
-        PDFQUEUE_DATABASE_CONNECTIONS_REFUSE_SHARE (each 503, Retry-After)."""
+        PDFQUEUE_DATABASE_CONNECTIONS_REFUSE_SHARE, StorageRefusingWrites while the object
+        store refuses writes (each 503, Retry-After)."""
         share = await _guard("redis", memory_share(self.redis))
         if share is not None and share >= self.settings.redis_memory_refuse_share:
             raise RedisNearlyFull(share)
         use = await _guard("postgresql", connection_use(self.pool))
         if use.share >= self.settings.database_connections_refuse_share:
             raise DatabaseNearlyFull(use.used, use.limit)
+        if self.storage.writes.refused is not None:
+            with contextlib.suppress(PdfQueueError):  # the probe's failure is kept in `writes`
+                await _guard("storage", self.storage.probe_write())
+            if (why := self.storage.writes.refused) is not None:
+                raise StorageRefusingWrites(why)
 
     async def create(
         self,

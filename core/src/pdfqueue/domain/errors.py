@@ -227,9 +227,10 @@ class ServiceUnavailable(TransientError):
 
 
 class StoreNearlyFull(ServiceUnavailable):
-    """A store is close to refusing work while it still answers every health check: new
-    uploads and retries wait (503, Retry-After), so that the batches already admitted keep
-    the room they need to finish. `/readyz` says so and stays ready (reads still work)."""
+    """A store is close to refusing work, or refuses writes, while it still answers every
+    health check: new uploads and retries wait (503, Retry-After), so that the batches already
+    admitted keep the room they need to finish. `/readyz` says so and stays ready (reads
+    still work)."""
 
     retry_after_s = 30
 
@@ -261,6 +262,20 @@ class DatabaseNearlyFull(StoreNearlyFull):
     def __init__(self, used: int, limit: int) -> None:
         super().__init__("postgresql", f"{used} of its {limit} connections are in use")
         self.share = used / limit if limit else 1.0
+
+
+class StorageRefusingWrites(StoreNearlyFull):
+    """The object store refused this process's last write for what the store is (a full
+    disk, a quota, an outage past the retries, a permission taken away) and a probe write
+    still is: an upload would be read in full and then lost. The running batches' PDFs are
+    retried with backoff and go on once the store takes writes again."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__("storage", f"writes are refused ({why})")
+        self.why = why
+
+    def public_detail(self) -> str:
+        return "storage refuses writes: new work waits until it takes them again"
 
 
 class RedisUnavailable(ServiceUnavailable):

@@ -87,6 +87,11 @@ STORAGE_UP = _Gauge(
     "1 if the last check of the object store succeeded (S3: HEAD of the bucket; a folder:"
     " it exists), else 0.",
 )
+STORAGE_WRITABLE = _Gauge(
+    "pdfqueue_storage_writable",
+    "0 from a write the object store refused (an outage, a full disk, a quota, a revoked"
+    " permission) until one it took, else 1.",
+)
 BATCH_PROGRESS_AGE = _Gauge(
     "pdfqueue_batch_oldest_progress_age_seconds",
     "Seconds since the PROCESSING batch that moved least recently counted a file (0 when none"
@@ -225,7 +230,7 @@ _GROUPS: dict[str, tuple[Collector, ...]] = {
     # Only where a pdfqueue.runtime.store_gauges.StoreGauges task runs: an unset "up" would read 0.
     "postgres": (POSTGRES_UP, POSTGRES_CONNECTIONS, POSTGRES_CONNECTION_LIMIT, BATCH_PROGRESS_AGE),
     # Only where StoreGauges checks the object store too: an unset "up" would read 0.
-    "storage": (STORAGE_UP,),
+    "storage": (STORAGE_UP, STORAGE_WRITABLE),
     # Leader only: a standby's zeros would read as a fleet that wants no workers.
     "operator": (OPERATOR_DESIRED_REPLICAS, OPERATOR_REPLICAS, OPERATOR_SCALING_DECISIONS),
     # Every operator process, leader or standby.

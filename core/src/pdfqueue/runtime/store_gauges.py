@@ -3,6 +3,7 @@ use, and how long the stalest running batch has gone without progress."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -12,6 +13,7 @@ from prometheus_client import Gauge
 from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
+from pdfqueue.domain.errors import PdfQueueError
 from pdfqueue.observability import metrics
 from pdfqueue.observability.periodic import Periodic
 from pdfqueue.stores.postgres.batches import BatchStore
@@ -86,9 +88,13 @@ class StoreGauges:
         metrics.BATCH_PROGRESS_AGE.set(age_s)
 
     async def check_storage(self) -> None:
-        """One check of the object store; a failure is the store's, which the loop reports."""
+        """One check of the object store (a failure is the store's, which the loop reports);
+        and, while its last write was refused, a probe write, so that pdfqueue_storage_writable
+        comes back once it takes writes even in a process that has none to make."""
         if self.storage is not None:
             await self.storage.check()
+            with contextlib.suppress(PdfQueueError):  # kept in `storage.writes`
+                await self.storage.probe_write()
 
     def start(self) -> None:
         if self._loops:
@@ -97,6 +103,7 @@ class StoreGauges:
         self._loops.append(self._every("store-gauges", self.poll, metrics.POSTGRES_UP))
         if self.storage is not None:
             metrics.register("storage")
+            metrics.STORAGE_WRITABLE.set(0 if self.storage.writes.refused else 1)
             self._loops.append(self._every("storage-gauge", self.check_storage, metrics.STORAGE_UP))
         for loop in self._loops:
             loop.start()

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from pdfqueue.domain.errors import SourceOutsideBucket, UnsafeSource
+from pdfqueue.domain.errors import (
+    DependencyMisconfigured,
+    SourceOutsideBucket,
+    StorageError,
+    UnsafeSource,
+)
 from pdfqueue.domain.settings import Settings
+from pdfqueue.observability import metrics
 from pdfqueue.stores.storage.local import FileBackend
 from pdfqueue.stores.storage.s3 import S3Backend
 from pdfqueue.stores.storage.s3http import AsyncS3
@@ -50,14 +58,46 @@ class UploadSink(Protocol):
     def abort(self) -> None: ...
 
 
+WRITE_PROBE_KEY = ".pdfqueue/write-probe"
+"""What `probe_write` writes and deletes (under the prefix; no batch or user key starts with
+a dot)."""
+WRITE_PROBE_EVERY_S = 5.0
+MAX_PROBE_BYTES = 16 * 1024**2
+
+
+@dataclass
+class WriteHealth:
+    """Whether the store takes writes, as this process's last write found: refused from a
+    write it refused for what the store is (an outage, a full disk, a quota, a permission)
+    until one it takes. A refusal of one object's content (413, a digest) says nothing of the
+    store and is not counted."""
+
+    refused: str | None = None
+    """Why the last write was refused (the error's message), None while writes go through."""
+    refused_bytes: int = 0
+    """The size of the write refused: a disk with a few KiB left takes a small probe, not the
+    part that failed, so the probe writes as much (up to MAX_PROBE_BYTES)."""
+    probed_at: float = float("-inf")
+
+    def saw(self, failure: BaseException | None, size: int = 0) -> None:
+        if failure is None:
+            self.refused = None
+            metrics.STORAGE_WRITABLE.set(1)
+        elif isinstance(failure, (StorageError, DependencyMisconfigured)):
+            self.refused, self.refused_bytes = str(failure), size
+            metrics.STORAGE_WRITABLE.set(0)
+
+
 class Storage:
     """Async facade: runs the backend's blocking calls on a dedicated thread pool.
 
     On S3, `read_range`, `put` and `delete` are native asyncio requests instead (`AsyncS3`).
+    Every write's outcome is kept in `writes` (`WriteHealth`).
     """
 
     def __init__(self, backend: Backend, *, threads: int = 32) -> None:
         self.backend = backend
+        self.writes = WriteHealth()
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="storage")
         self._s3 = (
             AsyncS3(
@@ -108,10 +148,27 @@ class Storage:
         """Store `data` under `key`; `sha256`, its hex digest when the caller has it (the
         S3 request signs it, and the server checks the body against it); `tenant`, whose
         KMS key encrypts it when tenants have keys of their own (`encryption.by_tenant`)."""
-        if self._s3 is not None:
-            await self._s3.put(key, data, sha256, tenant)
-        else:
-            await self.run(self.backend.put, key, data, tenant)
+        try:
+            if self._s3 is not None:
+                await self._s3.put(key, data, sha256, tenant)
+            else:
+                await self.run(self.backend.put, key, data, tenant)
+        except BaseException as exc:
+            self.writes.saw(exc, len(data))
+            raise
+        self.writes.saw(None)
+
+    async def probe_write(self) -> None:
+        """When the last write was refused: write and delete an object of its size, at most
+        every WRITE_PROBE_EVERY_S, so that a store that takes writes again is seen to (uploads
+        are refused meanwhile and would never find out). Raises what the store answers."""
+        now = time.monotonic()
+        if self.writes.refused is None or now - self.writes.probed_at < WRITE_PROBE_EVERY_S:
+            return
+        self.writes.probed_at = now
+        size = min(max(self.writes.refused_bytes, 1), MAX_PROBE_BYTES)
+        await self.put(WRITE_PROBE_KEY, b"\0" * size)
+        await self.delete(WRITE_PROBE_KEY)
 
     async def delete(self, key: str) -> None:
         if self._s3 is not None:
@@ -123,7 +180,12 @@ class Storage:
         return await self.run(self.backend.exists, key)
 
     async def begin_upload(self, key: str, *, tenant: str | None = None) -> UploadSink:
-        return await self.run(self.backend.begin_upload, key, tenant)
+        try:
+            sink = await self.run(self.backend.begin_upload, key, tenant)
+        except BaseException as exc:
+            self.writes.saw(exc)
+            raise
+        return _Watched(sink, self.writes)
 
     async def probe_encryption(self) -> None:
         """EncryptionRefused if the store does not encrypt as PDFQUEUE_S3_SSE asks (a probe
@@ -162,6 +224,31 @@ class Storage:
         if self._s3 is not None:
             await self._s3.aclose()
         self.close()
+
+
+@dataclass
+class _Watched:
+    """An upload whose parts' and completion's outcomes go to the store's `WriteHealth`."""
+
+    sink: UploadSink
+    writes: WriteHealth
+
+    def write_part(self, data: bytes) -> None:
+        self._watch(self.sink.write_part, data)
+
+    def complete(self) -> None:
+        self._watch(self.sink.complete)
+
+    def abort(self) -> None:
+        self.sink.abort()
+
+    def _watch(self, call: Callable[..., None], *data: bytes) -> None:
+        try:
+            call(*data)
+        except BaseException as exc:
+            self.writes.saw(exc, sum(len(d) for d in data))
+            raise
+        self.writes.saw(None)
 
 
 def source_segments(url: str) -> tuple[str, list[str]]:
