@@ -65,7 +65,8 @@ from pdfqueue.runtime.preflight import start_refused
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.corpora.samples import build_corpus, seed_users, write_zip
 from pdfqueue_dev.processes import free_port
-from tests.support.helpers import ACME_TOKEN, GLOBEX, upload
+from tests.security.test_sec_api import serve
+from tests.support.helpers import ACME, GLOBEX, upload
 from tests.support.servers import serving
 
 TOOLS = Path(os.environ.get("PDFQUEUE_TOOLS_CACHE", "/var/cache/pdfqueue-tools")) / "bin"
@@ -125,19 +126,8 @@ async def _bucket(settings: Settings) -> None:
 @contextlib.asynccontextmanager
 async def api_on(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The real ASGI app on `settings` (its bucket made first), with acme's token."""
-    from pdfqueue_api.app import create_app
-
     await _bucket(settings)
-    app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app),
-            base_url="http://pdfqueue.test",
-            headers={"Authorization": f"Bearer {ACME_TOKEN}"},
-            timeout=60,
-        ) as client,
-    ):
+    async with serve(settings, **ACME) as client:
         yield client
 
 
