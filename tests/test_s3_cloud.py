@@ -41,9 +41,8 @@ import subprocess
 import threading
 import time
 import zipfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +66,7 @@ from pdfqueue_dev.corpora.samples import build_corpus, seed_users, write_zip
 from pdfqueue_dev.processes import free_port
 from tests.security.test_sec_api import serve
 from tests.support.helpers import ACME, GLOBEX, upload
-from tests.support.servers import serving
+from tests.support.servers import json_server, serving
 
 TOOLS = Path(os.environ.get("PDFQUEUE_TOOLS_CACHE", "/var/cache/pdfqueue-tools")) / "bin"
 KMS_KEY = "pdfqueue-key"
@@ -316,39 +315,27 @@ class RotatingAccounts:
 
 @contextlib.contextmanager
 def credentials_endpoint(accounts: RotatingAccounts) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.headers.get("Authorization") != accounts.token_file.read_text():
-                self.send_error(401)
-                return
-            body = json.dumps(accounts.current()).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    """The endpoint serving `accounts`, with a thread revoking those due."""
 
-        def log_message(self, *_: object) -> None:
-            pass
+    def answer(_path: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
+        if headers.get("Authorization") != accounts.token_file.read_text():
+            return 401, b"{}"
+        return 200, json.dumps(accounts.current()).encode()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     stop = threading.Event()
 
     def revoking() -> None:
         while not stop.wait(PERIOD_S / 4):
             accounts.revoke_due()
 
-    threads = [threading.Thread(target=server.serve_forever), threading.Thread(target=revoking)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1/credentials"
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
-        for thread in threads:
-            thread.join(timeout=10)
+    revoker = threading.Thread(target=revoking)
+    with json_server(answer) as url:
+        revoker.start()
+        try:
+            yield f"{url}/v1/credentials"
+        finally:
+            stop.set()
+            revoker.join(timeout=10)
 
 
 @pytest.fixture
@@ -478,34 +465,16 @@ def oidc_issuer(folder: Path) -> Iterator[OidcIssuer]:
         "/jwks": {"keys": [jwk]},
     }
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path not in documents:
-                self.send_error(404)
-                return
-            body = json.dumps(documents[self.path]).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str, _headers: Mapping[str, str]) -> tuple[int, bytes]:
+        return (200, json.dumps(documents[path]).encode()) if path in documents else (404, b"{}")
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer((address, 443), Handler)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(chain)
-    server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever)
-    thread.start()
     try:
-        top = ssl.PEM_cert_to_DER_cert(ca.cert_pem.bytes().decode())
-        yield OidcIssuer(url, hashlib.sha1(top).hexdigest(), key)
+        with json_server(answer, address, 443, tls):
+            top = ssl.PEM_cert_to_DER_cert(ca.cert_pem.bytes().decode())
+            yield OidcIssuer(url, hashlib.sha1(top).hexdigest(), key)
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
         subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False)
 
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -24,6 +22,7 @@ from pdfqueue.domain.settings import Settings
 from pdfqueue_api import oidc
 from tests.security.test_sec_api import serve
 from tests.support.helpers import ACME
+from tests.support.servers import json_server
 
 ISSUER = "https://login.example.test/realms/hr"
 AUDIENCE = "pdfqueue-api"
@@ -65,28 +64,8 @@ class Issuer:
 @pytest.fixture
 def issuer() -> Iterator[tuple[Issuer, str]]:
     keys = Issuer()
-
-    class Jwks(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = keys.jwks()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield keys, f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with json_server(lambda _path, _headers: (200, keys.jwks())) as url:
+        yield keys, f"{url}/jwks.json"
 
 
 def _b64(data: bytes) -> str:

@@ -1,12 +1,15 @@
-"""A store server of a test's own (redis-server, versitygw, MinIO...): started on a port,
-waited for until it listens, stopped when the test is done."""
+"""Servers of a test's own: a store (redis-server, versitygw, MinIO...) started on a port,
+waited for until it listens and stopped when the test is done; and small JSON endpoints."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from pdfqueue_dev.processes import wait_until
@@ -36,3 +39,40 @@ def serving(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+Answer = Callable[[str, Mapping[str, str]], tuple[int, bytes]]
+"""(path, request headers) -> (status, JSON body) of a GET."""
+
+
+@contextlib.contextmanager
+def json_server(
+    answer: Answer, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+) -> Iterator[str]:
+    """An HTTP server in a thread answering each GET with `answer`'s JSON; its base URL
+    (`https://` with `tls`). The stand-in of a credentials endpoint or an issuer's keys."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = answer(self.path, self.headers)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        scheme = "https" if tls is not None else "http"
+        yield f"{scheme}://{host}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
