@@ -14,11 +14,17 @@ import yaml
 from redis.asyncio import Redis
 
 from pdfqueue.domain import keys
+from pdfqueue.domain.models import BatchStatus
 from pdfqueue.domain.settings import Settings
+from pdfqueue.stores.kubeapi import connect
 from pdfqueue.stores.redis.fair_dispatch import Dispatcher
 from pdfqueue.stores.redis.queue import Job
 from pdfqueue.stores.storage import Storage
 from pdfqueue_dev.processes import wait_until_async
+from pdfqueue_operator.kube import Kube
+from pdfqueue_operator.model import PdfBatchObject
+from pdfqueue_operator.runtime import Operator
+from pdfqueue_operator.worker_scaler import WorkerDeployment
 from tests.support.helpers import MakeCorpus
 from tests.support.kube_env import Cluster, StartOperator
 from tests.support.scaling import (
@@ -208,3 +214,77 @@ async def test_a_deleted_pdfbatch_that_never_ran_scales_the_workers_back_as_fast
             timeline, 0, "scaled to zero after the cancel", window_s + cooldown_s + 20
         )
         assert timeline.first(deleted_at, lambda r: r == 0) - deleted_at < window_s + cooldown_s + 5
+
+
+async def test_a_deletion_kopf_never_delivered_still_cancels_and_scales_the_workers_back(
+    kube: Cluster,
+    namespace: str,
+    operator_kubeconfig: Path,
+    make_corpus: MakeCorpus,
+    storage: Storage,
+    settings: Settings,
+    redis: Redis,
+) -> None:
+    """kopf delivers no DELETED for an object deleted while its watch was restarting (a 410
+    makes it list again, and a list shows no deletion), and never runs a failed event handler
+    again. The status loop is what then finds the object gone. Here the operator's loops run
+    without kopf, so no DELETED handler ever runs: a batch no worker ever ran never changes,
+    and the loop must still look at its object, cancel it, and let the fleet go back to zero
+    within the window, the cooldown and one period of each loop."""
+    window_s = cooldown_s = 5.0
+    tick_s = 0.25  # both loops' period, as start_operator sets them
+    await kube.apply(
+        worker_deployment(
+            "workers",
+            queue=settings.queue_name,
+            min_replicas="0",
+            max_replicas="2",
+            target_per_replica="5",
+            scale_down_stabilization_seconds=str(window_s),
+            idle_cooldown_seconds=str(cooldown_s),
+        ),
+        namespace=namespace,
+    )
+    _, path = await make_corpus(3, seed=5)
+    await storage.put("incoming/hr/unheard.zip", path.read_bytes())
+    await kube.apply(
+        pdfbatch_manifest(storage.url("incoming/hr/unheard.zip"), "unheard"), namespace=namespace
+    )
+    body = await kube.get("pdfbatch", "unheard", namespace)
+    deployment = await kube.get("deployment", "workers", namespace)
+    assert body is not None
+    assert deployment is not None
+    obj = PdfBatchObject.from_body(body)
+    config = settings.model_copy(
+        update={
+            "operator_namespace_tenants": {namespace: "hr"},
+            "operator_scale_interval_s": tick_s,
+            "operator_status_interval_s": tick_s,
+        }
+    )
+    index = {(namespace, "workers"): [WorkerDeployment.from_body(deployment)]}
+    client = Kube(await connect(str(operator_kubeconfig)))
+    operator = await Operator.start(config, index, {}, client=client)  # type: ignore[arg-type]
+    try:
+        async with watch_replicas(kube, namespace, "workers") as timeline:
+            await operator.reconciler.ensure(obj)  # what the create handler does
+            await replicas_become(timeline, 1, "scaled up for the ingest", 20)
+
+            async def shown() -> bool:
+                found = await kube.get("pdfbatch", "unheard", namespace)
+                return bool(found and (found.get("status") or {}).get("batchId") == obj.own_id)
+
+            await wait_until_async(shown, "its PENDING status written", 20)
+            await kube.kubectl("delete", "pdfbatch", "unheard", "-n", namespace)
+            await replicas_become(
+                timeline,
+                0,
+                "scaled to zero after the deletion",
+                window_s + cooldown_s + 2 * tick_s,  # the status loop finds it, the scaler acts
+            )
+        found = await operator.reconciler.lifecycle.reads.read(obj.own_id)
+        assert found is not None
+        assert found.summary.status is BatchStatus.CANCELLED
+        assert await redis.zscore(settings.queue_name, keys.ingest_job(obj.own_id)) is None
+    finally:
+        await operator.close()

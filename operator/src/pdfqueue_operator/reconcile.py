@@ -43,7 +43,8 @@ class BatchReconciler:
     own_namespace: str | None = None
     """The operator's own namespace (in a pod): trusted like a namespace mapped to `*`."""
     _written: dict[str, str] = field(default_factory=dict, repr=False)
-    """batch id -> the summary last written into its object, so unchanged ones cost nothing."""
+    """batch id -> the summary last written into its object, so an unchanged one costs one
+    read of its object (is it still there?) and no write."""
 
     @property
     def tracking_key(self) -> str:
@@ -145,7 +146,8 @@ class BatchReconciler:
         return dropped
 
     async def mirror(self) -> None:
-        """One pass: copy each tracked batch's progress into its object, until it is terminal."""
+        """One pass: copy each tracked batch's progress into its object, until it is terminal,
+        and cancel the batch of each object found gone."""
         tracked: dict[bytes, bytes] = await self.redis.hgetall(self.tracking_key)  # type: ignore[misc]
         for raw_id, raw_ref in tracked.items():
             batch_id = raw_id.decode(errors="replace")
@@ -164,19 +166,26 @@ class BatchReconciler:
             return
         summary = found.summary
         fingerprint = summary.model_dump_json()
-        if self._written.get(batch_id) == fingerprint:
-            return
-        if await self.batches.pdfbatch_uid(batch_id) != ref.uid:  # e.g. left by an older operator
+        changed = self._written.get(batch_id) != fingerprint
+        # Unchanged means written, so the binding was checked then (it never changes).
+        if changed and await self.batches.pdfbatch_uid(batch_id) != ref.uid:
+            # e.g. left by an older operator
             log.warning(
                 "batch %s is not bound to PdfBatch %s/%s", batch_id, ref.namespace, ref.name
             )
             await self.redis.hdel(self.tracking_key, batch_id)  # type: ignore[misc]
             return
+        # Looked at even when nothing changed: a batch no worker runs never changes, and if
+        # its deletion was missed its queued jobs would keep the workers up for good.
         body = await self.kube.get_pdfbatch(ref)
         if body is None:
-            # Deleted while nobody watched (the operator was down: there is no finalizer).
+            # Deleted while nobody watched: the operator was down (there is no finalizer), or
+            # kopf never delivered the DELETED (a watch restarted past it lists the objects
+            # again, which shows no deletion; an event handler that failed is not retried).
             log.info("PdfBatch %s/%s is gone", ref.namespace, ref.name)
             await self.forget(batch_id, ref.uid)
+            return
+        if not changed:
             return
         meta, old = body["metadata"], body.get("status") or {}
         status = progress(summary, meta.get("generation"), old.get("conditions"))
