@@ -42,7 +42,7 @@ from pdfqueue_api.security_headers import PAGE_CSP
 from tests.security.test_sec_api import serve
 from tests.security.test_sec_api_oidc import AUDIENCE, Issuer
 from tests.support.browser import DevTools
-from tests.support.helpers import ACME, GLOBEX, MakeCorpus
+from tests.support.helpers import ACME, GLOBEX, GLOBEX_TOKEN, MakeCorpus
 
 CLIENT_ID = "pdfqueue-page"
 TENANT = "globex"
@@ -364,6 +364,32 @@ async def test_an_expired_token_signs_out_without_a_loop(
     assert len(provider.callbacks) == 1  # the page did not go back to the provider
     assert await browser.js("location.href") == f"{served}/"
     await assert_no_violations(browser, "/v1/batches?limit=20")
+
+
+@pytest.mark.timeout(60)
+async def test_sign_out_forgets_the_token_signed_in_or_pasted(
+    served: str, browser: DevTools, provider: Provider
+) -> None:
+    await open_page(browser, served, provider)
+    assert await browser.js("document.getElementById('signOut').hidden") is True  # no token yet
+    assert await sign_in(browser) == "Signed in."
+    for source in ("signed in", "pasted"):
+        assert await browser.js("document.getElementById('signOut').hidden") is False, source
+        await browser.js("document.getElementById('signOut').click()")
+        assert await stored_token(browser) is None, source
+        assert await browser.js("document.getElementById('token').value") == ""
+        status = await browser.js("document.getElementById('loginStatus').textContent")
+        assert status == "Signed out: the token is forgotten in this tab."
+        shown = "['noToken', 'signOut'].map((id) => document.getElementById(id).hidden)"
+        assert await browser.js(shown) == [False, True]  # what a token is; nothing to forget
+        # then a token pasted by hand, forgotten the same way
+        await browser.js(f"document.getElementById('token').value = {json.dumps(GLOBEX_TOKEN)}")
+        await browser.js("document.getElementById('tokenForm').requestSubmit()")
+        assert await stored_token(browser) == GLOBEX_TOKEN
+    await browser.js("document.getElementById('signOut').click()")
+    assert await stored_token(browser) is None
+    assert len(provider.callbacks) == 1  # signing out never went to the provider
+    await assert_no_violations(browser)
 
 
 # --- what the API offers the page ---------------------------------------------------------------

@@ -29,7 +29,21 @@ function token() {
     sessionStorage.setItem("pdfqueue-token", typed);
     sessionStorage.removeItem("pdfqueue-signed-in"); // a pasted token, not the sign-in's
   }
-  return typed || sessionStorage.getItem("pdfqueue-token") || "";
+  const held = typed || sessionStorage.getItem("pdfqueue-token") || "";
+  $("signOut").hidden = !held;
+  return held;
+}
+
+// Forget the token, pasted or signed in, in this tab (the issuer's own session is the
+// issuer's: signing in again may not ask for a password). The field is emptied too, since
+// Chromium restores a password field's value after a navigation.
+function signOut() {
+  for (const key of ["pdfqueue-token", "pdfqueue-signed-in"]) sessionStorage.removeItem(key);
+  $("token").value = "";
+  $("signOut").hidden = true;
+  loginStatus("Signed out: the token is forgotten in this tab.");
+  history.pushState(null, "", ROOT.pathname);
+  route();
 }
 
 function auth(extra = {}) {
@@ -509,6 +523,7 @@ async function finishSignIn() {
     sessionStorage.setItem("pdfqueue-token", body.access_token);
     sessionStorage.setItem("pdfqueue-signed-in", "1");
     $("token").value = body.access_token;
+    $("signOut").hidden = false;
     loginStatus("Signed in.");
   } catch (error) {
     loginStatus(`Sign-in failed: the identity provider refused (${error.message || "no answer"}). Choose Sign in to try again.`);
@@ -521,6 +536,7 @@ function signedOut() {
   if (!LOGIN || !sessionStorage.getItem("pdfqueue-signed-in")) return false;
   for (const key of ["pdfqueue-token", "pdfqueue-signed-in"]) sessionStorage.removeItem(key);
   $("token").value = "";
+  $("signOut").hidden = true;
   const words = "Signed out: your sign-in has ended. Choose Sign in to sign in again.";
   loginStatus(words);
   needToken();
@@ -543,6 +559,8 @@ function wire() {
   $("tokenForm").addEventListener("submit", (e) => { e.preventDefault(); token(); route(); });
   $("signIn").hidden = !LOGIN;
   $("signIn").addEventListener("click", () => signIn().catch((error) => loginStatus(`Sign-in could not start: ${error.message}`)));
+  $("signOut").hidden = !sessionStorage.getItem("pdfqueue-token");
+  $("signOut").addEventListener("click", signOut);
   $("form").addEventListener("submit", (e) => {
     e.preventDefault();
     const file = $("file").files[0];
