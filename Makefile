@@ -69,7 +69,8 @@ services-stop:
 	bash tools/services.sh stop $(STATE)
 
 # Every command a test runs is installed here, before pytest: a test never skips for want of one
-# (tests/support/tools.py installs the same on demand, and fails where it cannot).
+# (tests/support/tools.py installs the same on demand, and fails where it cannot). It ends
+# with the 25 slowest tests: the first to examine as the suite grows.
 test: deps tools
 	bash tools/services.sh tesseract
 	bash tools/services.sh prometheus >/dev/null
@@ -77,7 +78,7 @@ test: deps tools
 	bash tools/services.sh node >/dev/null
 	bash tools/services.sh start $(STATE)
 	eval "$$(bash tools/services.sh env $(STATE))"; \
-	rc=0; $(UV) run pytest $(PYTEST_ARGS) || rc=$$?; \
+	rc=0; $(UV) run pytest --durations=25 $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi; \
 	exit $$rc
 
